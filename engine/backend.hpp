@@ -1,0 +1,36 @@
+// What the trainer needs from a backend: R replicas that start from the same parameters, a synchronous
+// data-parallel SGD step on a minibatch, and the test accuracy.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "io/dataset.hpp"
+#include "model/cpu_lenet.hpp"
+
+namespace lenet::engine {
+
+// A bad flag or flag combination: the CLI prints it on one line and exits with status 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu", later "cuda"
+  virtual std::string mode() const = 0;  // "cpu", later "naive" or "graph"
+  // One entry per replica, e.g. {"cpu", "cpu"} or {"cuda:0", "cuda:0"}.
+  virtual std::vector<std::string> devices() const = 0;
+  // One step on the minibatch data[idx[0..rows)): split over the replicas, gradients summed across them,
+  // every replica updated with w -= lr * g / rows. Returns the loss sum and correct count of all rows.
+  virtual model::StepStats train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) = 0;
+  // Correct predictions over the whole split, in minibatches of batch_size.
+  virtual int64_t count_correct(const io::Split& data, int batch_size) = 0;
+  // Replica r's parameters, in the flat layout of model/lenet.hpp.
+  virtual std::vector<float> parameters(int replica) const = 0;
+};
+
+}  // namespace lenet::engine

@@ -1,0 +1,125 @@
+#include "engine/cli.hpp"
+
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
+#include "engine/cpu_backend.hpp"
+#include "engine/cuda_probe.hpp"
+#include "model/gemm.hpp"
+#include "model/lenet.hpp"
+
+namespace lenet::engine {
+namespace {
+
+constexpr const char* kProgram = "lenet-train";
+
+std::string version_text() {
+  return std::string(kProgram) + " " + LENET_VERSION + " (" + cuda_library_versions() + "; CPU GEMM " +
+         model::gemm_backend_name() + ")";
+}
+
+void validate(const CliOptions& o) {
+  const TrainOptions& t = o.train;
+  if (t.batch_size < 1) throw UsageError("--batch-size " + std::to_string(t.batch_size) + ": must be at least 1");
+  if (!std::isfinite(t.lr) || t.lr <= 0) throw UsageError("--lr " + std::to_string(t.lr) + ": must be a finite number > 0");
+  if (t.epochs < 1) throw UsageError("--epochs " + std::to_string(t.epochs) + ": must be at least 1");
+  if (o.num_gpus && *o.num_gpus < 1) throw UsageError("--num-gpus " + std::to_string(*o.num_gpus) + ": must be at least 1");
+  if (o.replicas && *o.replicas < 1) throw UsageError("--replicas " + std::to_string(*o.replicas) + ": must be at least 1");
+  if (o.replicas && *o.replicas > t.batch_size) {
+    throw UsageError("--replicas " + std::to_string(*o.replicas) + " is larger than --batch-size " +
+                     std::to_string(t.batch_size) + ": every replica needs a row of a full minibatch");
+  }
+}
+
+// The backend that will run, after --backend auto has been resolved; throws UsageError when the
+// requested one cannot run here.
+std::string choose_backend(const CliOptions& o, std::ostream& notice) {
+  if (o.backend == "cpu") return "cpu";
+  const CudaProbe probe = probe_cuda();
+  if (o.backend == "cuda") {
+    if (!probe.ok()) throw UsageError("--backend cuda: no CUDA device answers (" + probe.describe() + ")");
+    throw UsageError("--backend cuda: the CUDA backend is not implemented yet in this version; use --backend cpu");
+  }
+  if (probe.ok()) {
+    notice << kProgram << ": " << probe.describe() << " found, but the CUDA backend is not implemented yet; "
+           << "training on the CPU" << std::endl;
+  } else {
+    notice << kProgram << ": no CUDA device answers (" << probe.describe() << "); training on the CPU" << std::endl;
+  }
+  return "cpu";
+}
+
+}  // namespace
+
+std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
+  CliOptions o;
+  CLI::App app{"Synchronous data-parallel training of LeNet on Fashion-MNIST (Dive into Deep Learning, "
+               "\"Training on Multiple GPUs\").",
+               kProgram};
+  int num_gpus = 0, replicas = 0;
+  long long train_limit = 0, test_limit = 0;
+  app.add_option("--num-gpus", num_gpus, "Use GPUs 0..N-1 (default: all visible). On the CPU backend: the default --replicas");
+  app.add_option("--replicas", replicas, "Data-parallel replicas (default: the number of GPUs used; on the CPU, --num-gpus or 1)");
+  app.add_option("--batch-size", o.train.batch_size, "Global minibatch size, split over the replicas")->capture_default_str();
+  app.add_option("--lr", o.train.lr, "SGD learning rate")->capture_default_str();
+  app.add_option("--epochs", o.train.epochs, "Passes over the training set")->capture_default_str();
+  app.add_option("--backend", o.backend, "auto: CUDA when a device answers, else the CPU")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str();
+  app.add_option("--mode", o.mode, "CUDA mode: naive (the textbook algorithm) or graph (CUDA graphs, ring allreduce)")
+      ->check(CLI::IsMember({"naive", "graph"}))->capture_default_str();
+  app.add_option("--seed", o.train.seed, "Seed of the initial parameters and of every epoch's shuffle")->capture_default_str();
+  app.add_option("--data-dir", o.data_dir, std::string("Fashion-MNIST folder (default: $LENET_DATA_DIR, else ") +
+                                               io::kDefaultDataDir + ")");
+  app.add_option("--train-limit", train_limit, "Use only the first N training examples");
+  app.add_option("--test-limit", test_limit, "Use only the first N test examples");
+  app.add_option("--metrics", o.train.metrics_path, "Write one JSON object per epoch to FILE (JSON Lines)");
+  app.add_flag("--quiet", o.train.quiet, "No progress display");
+  app.set_version_flag("--version", version_text());
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    app.exit(e);
+    return std::nullopt;
+  } catch (const CLI::CallForVersion& e) {
+    app.exit(e);
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(std::string(e.what()) + " (see --help)");
+  }
+  if (app.count("--num-gpus")) o.num_gpus = num_gpus;
+  if (app.count("--replicas")) o.replicas = replicas;
+  if (app.count("--train-limit") && train_limit < 1) throw UsageError("--train-limit " + std::to_string(train_limit) + ": must be at least 1");
+  if (app.count("--test-limit") && test_limit < 1) throw UsageError("--test-limit " + std::to_string(test_limit) + ": must be at least 1");
+  o.train_limit = static_cast<size_t>(train_limit);
+  o.test_limit = static_cast<size_t>(test_limit);
+  validate(o);
+  return o;
+}
+
+int run_cli(int argc, const char* const* argv) {
+  try {
+    const std::optional<CliOptions> parsed = parse_cli(argc, argv);
+    if (!parsed) return 0;
+    const CliOptions& o = *parsed;
+    choose_backend(o, std::cerr);
+    const int replicas = o.replicas.value_or(o.num_gpus.value_or(1));
+    const io::FashionMnist data = io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), o.train_limit, o.test_limit);
+    CpuBackend backend(replicas, model::init_parameters<float>(o.train.seed));
+    const bool terminal = ::isatty(STDERR_FILENO) == 1;
+    const TrainResult result = train(backend, data, o.train, std::cerr, terminal);
+    std::cout << final_line(result.epochs.back().test_acc, result.mean_epoch_seconds, backend.devices()) << std::endl;
+    return 0;
+  } catch (const UsageError& e) {
+    std::cerr << kProgram << ": " << e.what() << std::endl;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << kProgram << ": error: " << e.what() << std::endl;
+    return 1;
+  }
+}
+
+}  // namespace lenet::engine

@@ -1,0 +1,3 @@
+#include "engine/cli.hpp"
+
+int main(int argc, char** argv) { return lenet::engine::run_cli(argc, argv); }

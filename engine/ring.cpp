@@ -1,0 +1,62 @@
+#include "engine/ring.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace lenet::engine {
+
+std::vector<RowRange> split_rows(int batch_rows, int replicas) {
+  if (replicas < 1) throw std::invalid_argument("split_rows: replicas " + std::to_string(replicas));
+  if (batch_rows < 0) throw std::invalid_argument("split_rows: rows " + std::to_string(batch_rows));
+  const int per = (batch_rows + replicas - 1) / replicas;
+  std::vector<RowRange> out(static_cast<size_t>(replicas));
+  for (int r = 0; r < replicas; ++r) {
+    const int first = std::min(batch_rows, r * per);
+    out[static_cast<size_t>(r)] = {first, std::min(batch_rows, first + per) - first};
+  }
+  return out;
+}
+
+RingSchedule::RingSchedule(int replicas, size_t length) : replicas_(replicas), length_(length) {
+  if (replicas < 1) throw std::invalid_argument("RingSchedule: replicas " + std::to_string(replicas));
+  const size_t r = static_cast<size_t>(replicas);
+  size_t offset = 0;
+  for (size_t c = 0; c < r; ++c) {
+    const size_t size = length / r + (c < length % r ? 1 : 0);
+    chunks_.push_back({offset, size});
+    offset += size;
+  }
+  auto mod = [replicas](int v) { return ((v % replicas) + replicas) % replicas; };
+  for (int s = 0; s + 1 < replicas; ++s) {
+    std::vector<Transfer> step;
+    for (int src = 0; src < replicas; ++src) step.push_back({src, mod(src + 1), mod(src - s), true});
+    steps_.push_back(std::move(step));
+  }
+  for (int s = 0; s + 1 < replicas; ++s) {
+    std::vector<Transfer> step;
+    for (int src = 0; src < replicas; ++src) step.push_back({src, mod(src + 1), mod(src + 1 - s), false});
+    steps_.push_back(std::move(step));
+  }
+}
+
+void ring_allreduce_host(const RingSchedule& schedule, const std::vector<float*>& buffers) {
+  if (buffers.size() != static_cast<size_t>(schedule.replicas())) {
+    throw std::invalid_argument("ring_allreduce_host: " + std::to_string(buffers.size()) + " buffers for " +
+                                std::to_string(schedule.replicas()) + " replicas");
+  }
+  for (const auto& step : schedule.steps()) {
+    for (const Transfer& t : step) {
+      const ChunkRange& c = schedule.chunks()[static_cast<size_t>(t.chunk)];
+      const float* src = buffers[static_cast<size_t>(t.src)] + c.offset;
+      float* dst = buffers[static_cast<size_t>(t.dst)] + c.offset;
+      if (t.reduce) {
+        for (size_t i = 0; i < c.size; ++i) dst[i] += src[i];
+      } else {
+        std::copy(src, src + c.size, dst);
+      }
+    }
+  }
+}
+
+}  // namespace lenet::engine

@@ -1,0 +1,61 @@
+// Data-parallel plumbing that does not depend on where it runs: the split of a minibatch over replicas
+// and the ring allreduce schedule. The CPU backend executes the schedule with memory copies; the CUDA
+// backend will execute the same schedule with peer copies and add kernels.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+namespace lenet::engine {
+
+struct RowRange {
+  int first = 0;
+  int rows = 0;
+};
+
+// Rows of a minibatch per replica, like torch.chunk: ceil(B / R) rows each in order, the last non-empty
+// replica takes what is left, and replicas past the end get zero rows (e.g. B = 5, R = 4: 2, 2, 1, 0).
+std::vector<RowRange> split_rows(int batch_rows, int replicas);
+
+struct ChunkRange {
+  size_t offset = 0;
+  size_t size = 0;
+};
+
+// One copy of the schedule: replica `src` sends chunk `chunk` of its buffer to replica `dst`, which adds
+// it to its own chunk (reduce) or overwrites its own chunk with it (gather).
+struct Transfer {
+  int src = 0;
+  int dst = 0;
+  int chunk = 0;
+  bool reduce = false;
+};
+
+// Ring allreduce over R replicas of a buffer of `length` elements cut into R chunks whose sizes differ by
+// at most one. Steps 0..R-2 are the reduce-scatter: at step s replica r sends chunk (r - s) mod R to
+// replica r + 1, which adds it; afterwards replica r holds the full sum of chunk (r + 1) mod R. Steps
+// R-1..2R-3 are the all-gather: at step s' = s - (R - 1) replica r sends chunk (r + 1 - s') mod R, which
+// the receiver copies. Within a step every replica sends one chunk and receives another, so the R
+// transfers of a step may run in parallel (and in any order): no replica reads a chunk that the same
+// step writes on it. Every replica ends with identical bits, since each chunk is summed in one place.
+class RingSchedule {
+ public:
+  RingSchedule(int replicas, size_t length);
+
+  int replicas() const { return replicas_; }
+  size_t length() const { return length_; }
+  const std::vector<ChunkRange>& chunks() const { return chunks_; }
+  // 2(R - 1) steps of R transfers each; none for R = 1.
+  const std::vector<std::vector<Transfer>>& steps() const { return steps_; }
+
+ private:
+  int replicas_;
+  size_t length_;
+  std::vector<ChunkRange> chunks_;
+  std::vector<std::vector<Transfer>> steps_;
+};
+
+// Executes the schedule on host buffers (one per replica, each schedule.length() floats): afterwards
+// every buffer holds the elementwise sum of all of them.
+void ring_allreduce_host(const RingSchedule& schedule, const std::vector<float*>& buffers);
+
+}  // namespace lenet::engine

@@ -1,0 +1,145 @@
+#include "engine/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <ostream>
+
+#include "io/sampler.hpp"
+#include "profiling/nvtx.hpp"
+
+namespace lenet::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string fixed(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
+// A live line on a terminal (redrawn at most 4 times a second), plain per-epoch lines otherwise.
+class Progress {
+ public:
+  Progress(std::ostream& out, bool terminal, bool quiet, int epochs)
+      : out_(out), terminal_(terminal), quiet_(quiet), epochs_(epochs) {}
+
+  void step(int epoch, size_t done, size_t total, size_t examples, double seconds) {
+    if (quiet_ || !terminal_) return;
+    const Clock::time_point now = Clock::now();
+    if (done != total && now - last_draw_ < std::chrono::milliseconds(250)) return;
+    last_draw_ = now;
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(kWidth * done / total);
+    out_ << "\r\x1b[2Kepoch " << epoch << "/" << epochs_ << " [" << std::string(static_cast<size_t>(filled), '#')
+         << std::string(static_cast<size_t>(kWidth - filled), '.') << "] " << done << "/" << total << " steps, "
+         << fixed(seconds > 0 ? examples / seconds : 0.0, 0) << " examples/s" << std::flush;
+  }
+
+  void epoch_done(const EpochMetrics& m) {
+    if (quiet_) return;
+    if (terminal_) out_ << "\r\x1b[2K";
+    out_ << "epoch " << m.epoch << "/" << epochs_ << ": train loss " << fixed(m.train_loss, 4) << ", train acc "
+         << fixed(m.train_acc, 3) << ", test acc " << fixed(m.test_acc, 3) << ", "
+         << three_significant(m.epoch_seconds) << " s (" << fixed(m.examples_per_second, 0) << " examples/s)"
+         << std::endl;
+  }
+
+ private:
+  std::ostream& out_;
+  bool terminal_, quiet_;
+  int epochs_;
+  Clock::time_point last_draw_{};
+};
+
+}  // namespace
+
+std::string three_significant(double x) {
+  if (!std::isfinite(x) || x == 0) return fixed(x, 0);
+  const int magnitude = static_cast<int>(std::floor(std::log10(std::fabs(x))));
+  const double scale = std::pow(10.0, 2 - magnitude);
+  const double rounded = std::round(x * scale) / scale;  // 9.996 -> 10.0 needs one digit fewer
+  const int rounded_magnitude = static_cast<int>(std::floor(std::log10(std::fabs(rounded))));
+  return fixed(rounded, std::max(0, 2 - rounded_magnitude));
+}
+
+std::string final_line(double test_acc, double seconds_per_epoch, const std::vector<std::string>& devices) {
+  std::string list;
+  for (size_t i = 0; i < devices.size(); ++i) list += (i ? ", " : "") + devices[i];
+  return "test acc: " + fixed(test_acc, 2) + ", " + three_significant(seconds_per_epoch) + " sec/epoch on [" + list +
+         "]";
+}
+
+nlohmann::json epoch_record(const EpochMetrics& m, const Backend& backend, const TrainOptions& options) {
+  return {{"epoch", m.epoch},
+          {"epochs", options.epochs},
+          {"train_loss", m.train_loss},
+          {"train_acc", m.train_acc},
+          {"test_acc", m.test_acc},
+          {"epoch_seconds", m.epoch_seconds},
+          {"examples_per_second", m.examples_per_second},
+          {"backend", backend.name()},
+          {"mode", backend.mode()},
+          {"replicas", backend.devices().size()},
+          {"devices", backend.devices()},
+          {"batch_size", options.batch_size},
+          {"lr", options.lr},
+          {"seed", options.seed}};
+}
+
+TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOptions& options, std::ostream& progress,
+                  bool progress_is_terminal) {
+  std::ofstream metrics;
+  if (!options.metrics_path.empty()) {
+    metrics.open(options.metrics_path, std::ios::out | std::ios::trunc);
+    if (!metrics) throw io::DataError(options.metrics_path + ": cannot open the --metrics file for writing");
+  }
+  const io::EpochSampler sampler(data.train.size(), static_cast<size_t>(options.batch_size), options.seed, true);
+  Progress bar(progress, progress_is_terminal, options.quiet, options.epochs);
+  const float lr = static_cast<float>(options.lr);
+  TrainResult result;
+  for (int e = 0; e < options.epochs; ++e) {
+    profiling::Range epoch_range("epoch");
+    const std::vector<uint32_t> order = sampler.epoch_order(static_cast<uint64_t>(e));
+    double loss_sum = 0;
+    int64_t correct = 0;
+    const Clock::time_point t0 = Clock::now();
+    for (size_t b = 0; b < sampler.num_batches(); ++b) {
+      profiling::Range step_range("step");
+      const io::BatchRange batch = sampler.batch(b);
+      const model::StepStats st = backend.train_step(data.train, order.data() + batch.first,
+                                                     static_cast<int>(batch.rows), lr);
+      loss_sum += st.loss_sum;
+      correct += st.correct;
+      bar.step(e + 1, b + 1, sampler.num_batches(), batch.first + batch.rows, seconds_since(t0));
+    }
+    EpochMetrics m;
+    m.epoch = e + 1;
+    m.epoch_seconds = seconds_since(t0);
+    const double n = static_cast<double>(data.train.size());
+    m.train_loss = loss_sum / n;
+    m.train_acc = static_cast<double>(correct) / n;
+    m.examples_per_second = n / m.epoch_seconds;
+    {
+      profiling::Range eval_range("eval");
+      m.test_acc = static_cast<double>(backend.count_correct(data.test, options.batch_size)) /
+                   static_cast<double>(data.test.size());
+    }
+    bar.epoch_done(m);
+    if (metrics.is_open()) {
+      metrics << epoch_record(m, backend, options).dump() << '\n' << std::flush;
+      if (!metrics) throw io::DataError(options.metrics_path + ": write failed");
+    }
+    result.epochs.push_back(m);
+  }
+  double total = 0;
+  for (const EpochMetrics& m : result.epochs) total += m.epoch_seconds;
+  result.mean_epoch_seconds = result.epochs.empty() ? 0.0 : total / static_cast<double>(result.epochs.size());
+  return result;
+}
+
+}  // namespace lenet::engine

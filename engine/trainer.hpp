@@ -1,0 +1,53 @@
+// The training loop of the source text: epochs of shuffled minibatches, each epoch's training pass
+// timed (evaluation excluded), test accuracy after every epoch, one metrics record per epoch.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/backend.hpp"
+#include "io/dataset.hpp"
+
+namespace lenet::engine {
+
+struct TrainOptions {
+  int epochs = 10;
+  int batch_size = 256;
+  double lr = 0.2;
+  uint64_t seed = 1;
+  bool quiet = false;          // no progress display
+  std::string metrics_path;    // JSON Lines, one object per epoch; empty: none
+};
+
+struct EpochMetrics {
+  int epoch = 0;  // 1-based
+  double train_loss = 0;  // mean over the epoch's examples
+  double train_acc = 0;
+  double test_acc = 0;
+  double epoch_seconds = 0;  // training pass only
+  double examples_per_second = 0;
+};
+
+struct TrainResult {
+  std::vector<EpochMetrics> epochs;
+  double mean_epoch_seconds = 0;
+};
+
+// Runs options.epochs epochs. Progress goes to `progress` (a live line on a terminal, plain lines
+// otherwise) unless options.quiet.
+TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOptions& options, std::ostream& progress,
+                  bool progress_is_terminal);
+
+// The metrics record of one epoch, with exactly the field names other tools rely on.
+nlohmann::json epoch_record(const EpochMetrics& m, const Backend& backend, const TrainOptions& options);
+
+// "test acc: 0.83, 12.4 sec/epoch on [cpu]": the source text's final line, seconds to 3 significant digits.
+std::string final_line(double test_acc, double seconds_per_epoch, const std::vector<std::string>& devices);
+
+// x to 3 significant digits without an exponent (12.4, 3.04, 0.0123, 1234).
+std::string three_significant(double x);
+
+}  // namespace lenet::engine

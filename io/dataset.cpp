@@ -1,0 +1,82 @@
+#include "io/dataset.hpp"
+
+#include <cstdlib>
+#include <sys/stat.h>
+
+namespace lenet::io {
+namespace {
+
+bool is_regular_file(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+void to_floats(const uint8_t* pixels, float* x) {
+  for (uint32_t i = 0; i < kImagePixels; ++i) x[i] = static_cast<float>(pixels[i]) / 255.0f;
+}
+
+void apply_limit(Split& split, size_t limit, const char* flag, const char* what) {
+  if (limit == 0) return;
+  if (limit > split.size()) {
+    throw DataError(std::string(flag) + " " + std::to_string(limit) + ": the " + what + " set has only " +
+                    std::to_string(split.size()) + " examples");
+  }
+  split.labels.resize(limit);
+  split.pixels.resize(limit * kImagePixels);
+}
+
+}  // namespace
+
+void Split::gather(const uint32_t* idx, size_t n, float* x, int32_t* y) const {
+  for (size_t i = 0; i < n; ++i) {
+    to_floats(pixels.data() + size_t{idx[i]} * kImagePixels, x + i * kImagePixels);
+    y[i] = labels[idx[i]];
+  }
+}
+
+void Split::slice(size_t first, size_t n, float* x, int32_t* y) const {
+  for (size_t i = 0; i < n; ++i) {
+    to_floats(pixels.data() + (first + i) * kImagePixels, x + i * kImagePixels);
+    y[i] = labels[first + i];
+  }
+}
+
+std::string resolve_data_dir(const std::string& flag_value) {
+  if (!flag_value.empty()) return flag_value;
+  const char* env = std::getenv("LENET_DATA_DIR");
+  if (env != nullptr && *env != '\0') return env;
+  return kDefaultDataDir;
+}
+
+std::string find_data_file(const std::string& dir, const std::string& name) {
+  const std::string plain = dir + "/" + name;
+  if (is_regular_file(plain)) return plain;
+  if (is_regular_file(plain + ".gz")) return plain + ".gz";
+  throw DataError(plain + "(.gz): not found; install the data set with `apt-get install dataset-fashion-mnist`"
+                  " or point --data-dir / LENET_DATA_DIR at a folder holding the four IDX files");
+}
+
+Split load_split(const std::string& images_path, const std::string& labels_path) {
+  IdxImages images = read_idx_images(images_path);
+  Split split;
+  split.labels = read_idx_labels(labels_path);
+  if (images.count != split.labels.size()) {
+    throw DataError(images_path + ": " + std::to_string(images.count) + " images but " + labels_path + " has " +
+                    std::to_string(split.labels.size()) + " labels");
+  }
+  if (images.count == 0) throw DataError(images_path + ": holds no examples");
+  split.pixels = std::move(images.pixels);
+  return split;
+}
+
+FashionMnist load_fashion_mnist(const std::string& dir, size_t train_limit, size_t test_limit) {
+  FashionMnist data;
+  data.dir = dir;
+  data.train = load_split(find_data_file(dir, "train-images-idx3-ubyte"), find_data_file(dir, "train-labels-idx1-ubyte"));
+  data.test = load_split(find_data_file(dir, "t10k-images-idx3-ubyte"), find_data_file(dir, "t10k-labels-idx1-ubyte"));
+  apply_limit(data.train, train_limit, "--train-limit", "training");
+  apply_limit(data.test, test_limit, "--test-limit", "test");
+  return data;
+}
+
+}  // namespace lenet::io

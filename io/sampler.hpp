@@ -1,0 +1,35 @@
+// Which examples form each minibatch of an epoch. The order of epoch e depends only on (seed, e), so a
+// resumed run shuffles exactly like an uninterrupted one, on any platform.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace lenet::io {
+
+struct BatchRange {
+  size_t first = 0;  // position in the epoch's order
+  size_t rows = 0;   // batch_size, or what is left for the last batch
+};
+
+class EpochSampler {
+ public:
+  // shuffle = false keeps the stored order (the test set).
+  EpochSampler(size_t num_examples, size_t batch_size, uint64_t seed, bool shuffle);
+
+  size_t num_examples() const { return n_; }
+  size_t batch_size() const { return batch_; }
+  // ceil(n / B): the last, partial minibatch is kept.
+  size_t num_batches() const { return (n_ + batch_ - 1) / batch_; }
+  BatchRange batch(size_t b) const;
+  // A permutation of 0..n-1 (Fisher-Yates with an unbiased portable generator), or the identity.
+  std::vector<uint32_t> epoch_order(uint64_t epoch) const;
+
+ private:
+  size_t n_;
+  size_t batch_;
+  uint64_t seed_;
+  bool shuffle_;
+};
+
+}  // namespace lenet::io

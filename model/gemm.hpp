@@ -1,0 +1,19 @@
+// Row-major GEMM for the CPU backend: C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C, where op
+// transposes when asked. CBLAS (OpenBLAS) when the build found one, else a portable loop nest.
+#pragma once
+
+namespace lenet::model {
+
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb,
+          T beta, T* c, int ldc);
+
+// The portable fallback, always compiled so tests can compare it with the BLAS path.
+template <typename T>
+void gemm_portable(bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, int lda, const T* b,
+                   int ldb, T beta, T* c, int ldc);
+
+// "cblas" or "portable".
+const char* gemm_backend_name();
+
+}  // namespace lenet::model

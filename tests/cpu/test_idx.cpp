@@ -1,0 +1,403 @@
+// The IDX reader and the data set loader: every malformed file must become a DataError that names the
+// file and the problem, never a crash or a silently wrong tensor.
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "io/dataset.hpp"
+#include "io/idx.hpp"
+
+namespace fs = std::filesystem;
+using lenet::io::DataError;
+using Bytes = std::vector<uint8_t>;
+
+namespace {
+
+void put_be32(Bytes& b, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) b.push_back(static_cast<uint8_t>(v >> shift));
+}
+
+uint8_t pixel_value(uint32_t image, uint32_t p) { return static_cast<uint8_t>(image * 31 + p * 7); }
+
+Bytes idx_images(uint32_t count, uint32_t rows = 28, uint32_t cols = 28, uint32_t magic = 0x803) {
+  Bytes b;
+  put_be32(b, magic);
+  put_be32(b, count);
+  put_be32(b, rows);
+  put_be32(b, cols);
+  for (uint32_t i = 0; i < count; ++i)
+    for (uint32_t p = 0; p < rows * cols; ++p) b.push_back(pixel_value(i, p));
+  return b;
+}
+
+Bytes idx_labels(const Bytes& labels, uint32_t magic = 0x801) {
+  Bytes b;
+  put_be32(b, magic);
+  put_be32(b, static_cast<uint32_t>(labels.size()));
+  b.insert(b.end(), labels.begin(), labels.end());
+  return b;
+}
+
+// Runs `f`, requires a DataError, and returns its message so callers can check what it names.
+std::string data_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected lenet::io::DataError";
+  return "";
+}
+
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "message: " << (haystack)
+
+class IdxFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("lenet_test_idx_" + std::to_string(::getpid()) + "_" + info->name() + "_" + std::to_string(std::random_device{}()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write_raw(const std::string& name, const Bytes& bytes) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    EXPECT_TRUE(out.good()) << path;
+    return path;
+  }
+
+  std::string write_gz(const std::string& name, const Bytes& bytes) {
+    const std::string path = (dir_ / name).string();
+    gzFile f = gzopen(path.c_str(), "wb");
+    EXPECT_NE(f, nullptr) << path;
+    EXPECT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())), static_cast<int>(bytes.size()));
+    EXPECT_EQ(gzclose(f), Z_OK);
+    return path;
+  }
+
+  static Bytes read_back(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return Bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+
+  fs::path dir_;
+};
+
+void expect_images_exact(const lenet::io::IdxImages& img, uint32_t count) {
+  ASSERT_EQ(img.count, count);
+  ASSERT_EQ(img.pixels.size(), size_t{count} * 784);
+  for (uint32_t i = 0; i < count; ++i)
+    for (uint32_t p = 0; p < 784; ++p) ASSERT_EQ(img.pixels[i * 784 + p], pixel_value(i, p)) << i << "," << p;
+}
+
+// ---- good files -------------------------------------------------------------------------------------
+
+TEST_F(IdxFiles, ReadsRawImagesAndLabelsExactly) {
+  expect_images_exact(lenet::io::read_idx_images(write_raw("img", idx_images(3))), 3);
+  const Bytes labels = {0, 9, 4, 1, 7};
+  EXPECT_EQ(lenet::io::read_idx_labels(write_raw("lab", idx_labels(labels))), labels);
+}
+
+TEST_F(IdxFiles, ReadsGzipImagesAndLabelsExactly) {
+  if (!lenet::io::gzip_supported()) GTEST_SKIP() << "built without zlib";
+  expect_images_exact(lenet::io::read_idx_images(write_gz("img.gz", idx_images(4))), 4);
+  const Bytes labels = {3, 3, 0, 9};
+  EXPECT_EQ(lenet::io::read_idx_labels(write_gz("lab.gz", idx_labels(labels))), labels);
+}
+
+TEST_F(IdxFiles, LoadSplitPairsImagesWithLabels) {
+  const auto split = lenet::io::load_split(write_raw("img", idx_images(2)), write_raw("lab", idx_labels({5, 8})));
+  EXPECT_EQ(split.size(), 2u);
+  EXPECT_EQ(split.labels, (Bytes{5, 8}));
+  EXPECT_EQ(split.pixels[784 + 10], pixel_value(1, 10));
+}
+
+// ---- corrupt files: each must name the file and the problem -------------------------------------------
+
+TEST_F(IdxFiles, WrongMagicIsRejected) {
+  const std::string img = write_raw("img", idx_images(1, 28, 28, 0x801));
+  std::string msg = data_error_of([&] { lenet::io::read_idx_images(img); });
+  EXPECT_CONTAINS(msg, img);
+  EXPECT_CONTAINS(msg, "magic");
+  const std::string lab = write_raw("lab", idx_labels({1}, 0x803));
+  msg = data_error_of([&] { lenet::io::read_idx_labels(lab); });
+  EXPECT_CONTAINS(msg, lab);
+  EXPECT_CONTAINS(msg, "magic");
+}
+
+TEST_F(IdxFiles, TruncatedHeaderIsRejected) {
+  Bytes b = idx_images(1);
+  b.resize(10);  // magic intact, dimensions cut off
+  const std::string path = write_raw("img", b);
+  const std::string msg = data_error_of([&] { lenet::io::read_idx_images(path); });
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "truncated header");
+}
+
+TEST_F(IdxFiles, TruncatedDataIsRejected) {
+  Bytes b = idx_images(2);
+  b.pop_back();
+  const std::string path = write_raw("img", b);
+  const std::string msg = data_error_of([&] { lenet::io::read_idx_images(path); });
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "truncated data");
+}
+
+TEST_F(IdxFiles, TrailingBytesAreRejected) {
+  Bytes b = idx_labels({1, 2});
+  b.push_back(3);
+  const std::string path = write_raw("lab", b);
+  const std::string msg = data_error_of([&] { lenet::io::read_idx_labels(path); });
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "unexpected bytes");
+}
+
+TEST_F(IdxFiles, WrongDimensionsAreRejected) {
+  const std::string path = write_raw("img", idx_images(1, 27, 28));
+  const std::string msg = data_error_of([&] { lenet::io::read_idx_images(path); });
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "27x28");
+  EXPECT_CONTAINS(msg, "expected 28x28");
+}
+
+TEST_F(IdxFiles, CountMismatchBetweenImagesAndLabelsIsRejected) {
+  const std::string img = write_raw("img", idx_images(3));
+  const std::string lab = write_raw("lab", idx_labels({1, 2, 3, 4}));
+  const std::string msg = data_error_of([&] { lenet::io::load_split(img, lab); });
+  EXPECT_CONTAINS(msg, img);
+  EXPECT_CONTAINS(msg, lab);
+  EXPECT_CONTAINS(msg, "3 images");
+  EXPECT_CONTAINS(msg, "4 labels");
+}
+
+TEST_F(IdxFiles, EmptySplitIsRejected) {
+  // A zero-count file is well formed, but training on it would divide by zero later.
+  const std::string img = write_raw("img", idx_images(0));
+  EXPECT_EQ(lenet::io::read_idx_images(img).count, 0u);
+  const std::string msg = data_error_of([&] { lenet::io::load_split(img, write_raw("lab", idx_labels({}))); });
+  EXPECT_CONTAINS(msg, img);
+  EXPECT_CONTAINS(msg, "no examples");
+}
+
+TEST_F(IdxFiles, LabelOutsideZeroToNineIsRejected) {
+  const std::string path = write_raw("lab", idx_labels({0, 9, 10}));
+  const std::string msg = data_error_of([&] { lenet::io::read_idx_labels(path); });
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "label 10");
+  EXPECT_CONTAINS(msg, "index 2");
+}
+
+TEST_F(IdxFiles, EmptyFileIsRejected) {
+  const std::string path = write_raw("img", {});
+  const std::string msg = data_error_of([&] { lenet::io::read_idx_images(path); });
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "empty");
+}
+
+TEST_F(IdxFiles, GzNameWithoutGzipContentIsRejected) {
+  const std::string path = write_raw("img.gz", idx_images(1));
+  const std::string msg = data_error_of([&] { lenet::io::read_idx_images(path); });
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "not a gzip");
+}
+
+TEST_F(IdxFiles, TruncatedGzipIsRejected) {
+  if (!lenet::io::gzip_supported()) GTEST_SKIP() << "built without zlib";
+  Bytes gz = read_back(write_gz("full.gz", idx_images(5)));
+  gz.resize(gz.size() / 2);
+  const std::string path = write_raw("img.gz", gz);
+  const std::string msg = data_error_of([&] { lenet::io::read_idx_images(path); });
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "truncated gzip");
+}
+
+TEST_F(IdxFiles, CorruptGzipIsRejected) {
+  if (!lenet::io::gzip_supported()) GTEST_SKIP() << "built without zlib";
+  Bytes gz = read_back(write_gz("full.gz", idx_images(5)));
+  ASSERT_GT(gz.size(), 64u);
+  // Inverting a run of deflate bytes (past the 10-byte gzip header) breaks the Huffman codes or the CRC.
+  for (size_t i = gz.size() / 2; i < gz.size() / 2 + 8; ++i) gz[i] ^= 0xff;
+  const std::string path = write_raw("img.gz", gz);
+  const std::string msg = data_error_of([&] { lenet::io::read_idx_images(path); });
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "corrupt gzip");
+}
+
+TEST_F(IdxFiles, JunkAfterGzipStreamIsRejected) {
+  if (!lenet::io::gzip_supported()) GTEST_SKIP() << "built without zlib";
+  Bytes gz = read_back(write_gz("full.gz", idx_labels({1, 2})));
+  gz.push_back(0);
+  const std::string path = write_raw("lab.gz", gz);
+  const std::string msg = data_error_of([&] { lenet::io::read_idx_labels(path); });
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "after the gzip stream");
+}
+
+TEST_F(IdxFiles, MissingFileIsRejected) {
+  const std::string dir = dir_.string();
+  std::string msg = data_error_of([&] { lenet::io::find_data_file(dir, "train-images-idx3-ubyte"); });
+  EXPECT_CONTAINS(msg, dir + "/train-images-idx3-ubyte");
+  EXPECT_CONTAINS(msg, "not found");
+  EXPECT_CONTAINS(msg, "apt-get install dataset-fashion-mnist");
+  const std::string path = dir + "/absent";
+  msg = data_error_of([&] { lenet::io::read_idx_images(path); });
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "cannot open");
+}
+
+TEST_F(IdxFiles, FindDataFilePrefersRawThenGz) {
+  const std::string gz = write_raw("x.gz", {});
+  EXPECT_EQ(lenet::io::find_data_file(dir_.string(), "x"), gz);
+  const std::string raw = write_raw("x", {});
+  EXPECT_EQ(lenet::io::find_data_file(dir_.string(), "x"), raw);
+}
+
+// ---- robustness: no input may crash the parser ---------------------------------------------------------
+
+TEST(IdxRobustness, EveryTruncationThrows) {
+  const Bytes full = idx_images(2);
+  for (size_t len = 0; len < full.size(); ++len) {
+    const Bytes cut(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(len));  // exact size: ASan sees over-reads
+    EXPECT_THROW(lenet::io::parse_idx_images(cut.data(), cut.size(), "cut"), DataError) << "length " << len;
+  }
+}
+
+TEST(IdxRobustness, HeaderMutationsParseConsistentlyOrThrow) {
+  const Bytes good = idx_images(2);
+  std::mt19937 gen(12345);
+  int parsed = 0, rejected = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    Bytes b = good;
+    b[gen() % 16] = static_cast<uint8_t>(gen());
+    try {
+      const auto img = lenet::io::parse_idx_images(b.data(), b.size(), "mutant");
+      ASSERT_EQ(size_t{16} + size_t{img.count} * 784, b.size());
+      ASSERT_EQ(img.pixels.size(), size_t{img.count} * 784);
+      ++parsed;
+    } catch (const DataError&) {
+      ++rejected;
+    }
+  }
+  // Most single-byte changes break the header; a few rewrite a byte to its own value and must still parse.
+  EXPECT_GT(rejected, 1500);
+  EXPECT_GT(parsed, 0);
+}
+
+// ---- pixel conversion ----------------------------------------------------------------------------------
+
+TEST(SplitConversion, GatherAndSliceScaleBytesToUnitInterval) {
+  lenet::io::Split split;
+  split.labels = {4, 7};
+  split.pixels.resize(2 * 784);
+  for (size_t p = 0; p < 784; ++p) {
+    split.pixels[p] = static_cast<uint8_t>(p % 256);
+    split.pixels[784 + p] = static_cast<uint8_t>(255 - p % 256);
+  }
+  std::vector<float> x(2 * 784);
+  std::array<int32_t, 2> y{};
+  const std::array<uint32_t, 2> idx = {1, 0};
+  split.gather(idx.data(), 2, x.data(), y.data());
+  EXPECT_EQ(y[0], 7);
+  EXPECT_EQ(y[1], 4);
+  EXPECT_EQ(x[0], 1.0f);          // row 1, pixel 0 is 255
+  EXPECT_EQ(x[784 + 0], 0.0f);    // row 0, pixel 0 is 0
+  EXPECT_EQ(x[784 + 255], 1.0f);  // row 0, pixel 255 is 255
+  for (size_t p = 0; p < 784; ++p) ASSERT_EQ(x[784 + p], static_cast<float>(p % 256) / 255.0f) << p;
+
+  std::vector<float> xs(784);
+  int32_t ys = -1;
+  split.slice(1, 1, xs.data(), &ys);
+  EXPECT_EQ(ys, 7);
+  EXPECT_TRUE(std::equal(xs.begin(), xs.end(), x.begin()));
+}
+
+// ---- data folder ---------------------------------------------------------------------------------------
+
+TEST(DataDir, FlagBeatsEnvironmentBeatsDefault) {
+  const char* old = std::getenv("LENET_DATA_DIR");
+  const std::string saved = old ? old : "";
+  ::setenv("LENET_DATA_DIR", "/from/env", 1);
+  EXPECT_EQ(lenet::io::resolve_data_dir("/from/flag"), "/from/flag");
+  EXPECT_EQ(lenet::io::resolve_data_dir(""), "/from/env");
+  ::setenv("LENET_DATA_DIR", "", 1);  // empty counts as unset
+  EXPECT_EQ(lenet::io::resolve_data_dir(""), lenet::io::kDefaultDataDir);
+  ::unsetenv("LENET_DATA_DIR");
+  EXPECT_EQ(lenet::io::resolve_data_dir(""), "/usr/share/datasets/fashion-mnist");
+  if (old) ::setenv("LENET_DATA_DIR", saved.c_str(), 1);
+}
+
+// ---- the real data set ---------------------------------------------------------------------------------
+
+class RealData : public ::testing::Test {
+ protected:
+  // Loading 60000 images takes a moment: one full copy is shared. A load failure is reported by each
+  // test (the data set is a prerequisite, so it fails rather than skips).
+  static void SetUpTestSuite() {
+    try {
+      full_ = new lenet::io::FashionMnist(lenet::io::load_fashion_mnist(LENET_TEST_DATA_DIR));
+    } catch (const std::exception& e) {
+      load_error_ = e.what();
+    }
+  }
+  static void TearDownTestSuite() {
+    delete full_;
+    full_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(full_, nullptr) << "cannot load " LENET_TEST_DATA_DIR ": " << load_error_; }
+  static lenet::io::FashionMnist* full_;
+  static std::string load_error_;
+};
+lenet::io::FashionMnist* RealData::full_ = nullptr;
+std::string RealData::load_error_;
+
+TEST_F(RealData, HasBalancedSplitsOfTheExpectedSize) {
+  ASSERT_EQ(full_->train.size(), 60000u);
+  ASSERT_EQ(full_->test.size(), 10000u);
+  EXPECT_EQ(full_->train.pixels.size(), 60000u * 784);
+  EXPECT_EQ(full_->test.pixels.size(), 10000u * 784);
+  std::array<int, 10> train_counts{}, test_counts{};
+  for (uint8_t l : full_->train.labels) ++train_counts.at(l);
+  for (uint8_t l : full_->test.labels) ++test_counts.at(l);
+  for (int c = 0; c < 10; ++c) {
+    EXPECT_EQ(train_counts[c], 6000) << "class " << c;
+    EXPECT_EQ(test_counts[c], 1000) << "class " << c;
+  }
+  // The published files start with these labels: the examples are read in stored order.
+  EXPECT_EQ(Bytes(full_->train.labels.begin(), full_->train.labels.begin() + 10), (Bytes{9, 0, 0, 3, 0, 2, 7, 2, 5, 5}));
+  EXPECT_EQ(Bytes(full_->test.labels.begin(), full_->test.labels.begin() + 10), (Bytes{9, 2, 1, 1, 6, 1, 4, 6, 5, 7}));
+}
+
+TEST_F(RealData, LimitsKeepTheFirstExamples) {
+  const auto limited = lenet::io::load_fashion_mnist(LENET_TEST_DATA_DIR, 1000, 500);
+  ASSERT_EQ(limited.train.size(), 1000u);
+  ASSERT_EQ(limited.test.size(), 500u);
+  EXPECT_TRUE(std::equal(limited.train.labels.begin(), limited.train.labels.end(), full_->train.labels.begin()));
+  ASSERT_EQ(limited.train.pixels.size(), 1000u * 784);
+  EXPECT_TRUE(std::equal(limited.train.pixels.begin(), limited.train.pixels.end(), full_->train.pixels.begin()));
+  EXPECT_TRUE(std::equal(limited.test.pixels.begin(), limited.test.pixels.end(), full_->test.pixels.begin()));
+}
+
+TEST_F(RealData, LimitLargerThanTheSetIsRejected) {
+  std::string msg = data_error_of([] { lenet::io::load_fashion_mnist(LENET_TEST_DATA_DIR, 60001, 0); });
+  EXPECT_CONTAINS(msg, "--train-limit");
+  EXPECT_CONTAINS(msg, "60001");
+  msg = data_error_of([] { lenet::io::load_fashion_mnist(LENET_TEST_DATA_DIR, 0, 10001); });
+  EXPECT_CONTAINS(msg, "--test-limit");
+}
+
+}  // namespace
