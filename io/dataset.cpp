@@ -72,8 +72,13 @@ Split load_split(const std::string& images_path, const std::string& labels_path)
 FashionMnist load_fashion_mnist(const std::string& dir, size_t train_limit, size_t test_limit) {
   FashionMnist data;
   data.dir = dir;
-  data.train = load_split(find_data_file(dir, "train-images-idx3-ubyte"), find_data_file(dir, "train-labels-idx1-ubyte"));
-  data.test = load_split(find_data_file(dir, "t10k-images-idx3-ubyte"), find_data_file(dir, "t10k-labels-idx1-ubyte"));
+  // Named one by one so a missing folder is reported by its first file, whatever the evaluation order.
+  const std::string train_images = find_data_file(dir, "train-images-idx3-ubyte");
+  const std::string train_labels = find_data_file(dir, "train-labels-idx1-ubyte");
+  const std::string test_images = find_data_file(dir, "t10k-images-idx3-ubyte");
+  const std::string test_labels = find_data_file(dir, "t10k-labels-idx1-ubyte");
+  data.train = load_split(train_images, train_labels);
+  data.test = load_split(test_images, test_labels);
   apply_limit(data.train, train_limit, "--train-limit", "training");
   apply_limit(data.test, test_limit, "--test-limit", "test");
   return data;

@@ -1,6 +1,7 @@
 #include "io/idx.hpp"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -121,7 +122,12 @@ std::vector<uint8_t> maybe_gunzip(std::vector<uint8_t> data, const std::string& 
 std::vector<uint8_t> read_file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(path + ": cannot open (" + std::strerror(errno) + ")");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> bytes;
+  try {
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::ios_base::failure& e) {  // libstdc++ throws from underflow, e.g. on a directory
+    throw DataError(path + ": read error (" + e.code().message() + ")");
+  }
   if (in.bad()) throw DataError(path + ": read error");
   return maybe_gunzip(std::move(bytes), path);
 }

@@ -2,7 +2,11 @@
 // file and the problem, never a crash or a silently wrong tensor.
 #include <gtest/gtest.h>
 #include <unistd.h>
+// zlib writes the .gz fixtures. Without it the build cannot read gzip either, and those tests skip.
+#if __has_include(<zlib.h>)
 #include <zlib.h>
+#define LENET_TEST_CAN_WRITE_GZIP 1
+#endif
 
 #include <algorithm>
 #include <array>
@@ -83,10 +87,14 @@ class IdxFiles : public ::testing::Test {
 
   std::string write_gz(const std::string& name, const Bytes& bytes) {
     const std::string path = (dir_ / name).string();
+#ifdef LENET_TEST_CAN_WRITE_GZIP
     gzFile f = gzopen(path.c_str(), "wb");
     EXPECT_NE(f, nullptr) << path;
     EXPECT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())), static_cast<int>(bytes.size()));
     EXPECT_EQ(gzclose(f), Z_OK);
+#else
+    ADD_FAILURE() << "gzip is supported by the reader but <zlib.h> is missing for the test";
+#endif
     return path;
   }
 
@@ -258,6 +266,9 @@ TEST_F(IdxFiles, MissingFileIsRejected) {
   msg = data_error_of([&] { lenet::io::read_idx_images(path); });
   EXPECT_CONTAINS(msg, path);
   EXPECT_CONTAINS(msg, "cannot open");
+  msg = data_error_of([&] { lenet::io::read_idx_images(dir); });  // a folder opens but cannot be read
+  EXPECT_CONTAINS(msg, dir);
+  EXPECT_CONTAINS(msg, "read error");
 }
 
 TEST_F(IdxFiles, FindDataFilePrefersRawThenGz) {
@@ -358,7 +369,11 @@ class RealData : public ::testing::Test {
     delete full_;
     full_ = nullptr;
   }
-  void SetUp() override { ASSERT_NE(full_, nullptr) << "cannot load " LENET_TEST_DATA_DIR ": " << load_error_; }
+  void SetUp() override {
+    // The packaged data set is gzip only; a build without zlib is told so by the loader and cannot do better.
+    if (full_ == nullptr && !lenet::io::gzip_supported()) GTEST_SKIP() << load_error_;
+    ASSERT_NE(full_, nullptr) << "cannot load " LENET_TEST_DATA_DIR ": " << load_error_;
+  }
   static lenet::io::FashionMnist* full_;
   static std::string load_error_;
 };

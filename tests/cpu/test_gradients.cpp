@@ -1,0 +1,291 @@
+// Every layer's backward, and the whole network's, against central finite differences in double
+// precision, plus the float model (the one that trains) against the double one.
+//
+// Bounds: the layers here are linear in each input except ReLU's kink and the softmax, so the central
+// difference with h = 1e-6 has truncation error O(h^2 * f''') < 1e-10 and rounding error about
+// eps * |L| / h = 2e-16 * 10 / 1e-6 = 2e-9 relative to O(1) gradients. A bound of 1e-6 on the relative
+// error ||analytic - fd|| / ||fd|| therefore only fails on a real mistake (a wrong index or factor gives
+// O(1) errors). Random inputs land within h of a ReLU kink with probability ~1e-6 per element.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "model/cpu_layers.hpp"
+#include "model/cpu_lenet.hpp"
+#include "model/gemm.hpp"
+#include "model/lenet.hpp"
+
+namespace {
+
+using namespace lenet::model;
+using Vec = std::vector<double>;
+
+constexpr double kStep = 1e-6;
+constexpr double kBound = 1e-6;
+
+Vec random_vec(size_t n, std::mt19937& gen, double lo = -1.0, double hi = 1.0) {
+  std::uniform_real_distribution<double> d(lo, hi);
+  Vec v(n);
+  for (double& x : v) x = d(gen);
+  return v;
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+double rel_error(const Vec& got, const Vec& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num += (got[i] - ref[i]) * (got[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num) / std::sqrt(den);
+}
+
+// Central differences of loss() with respect to v[i] for each i in `which` (all when empty).
+Vec numeric_grad(Vec& v, const std::function<double()>& loss, const std::vector<size_t>& which = {}) {
+  std::vector<size_t> idx = which;
+  if (idx.empty())
+    for (size_t i = 0; i < v.size(); ++i) idx.push_back(i);
+  Vec g;
+  for (size_t i : idx) {
+    const double keep = v[i];
+    v[i] = keep + kStep;
+    const double up = loss();
+    v[i] = keep - kStep;
+    const double down = loss();
+    v[i] = keep;
+    g.push_back((up - down) / (2 * kStep));
+  }
+  return g;
+}
+
+TEST(Gradients, Conv2d) {
+  std::mt19937 gen(1);
+  const ConvShape s{2, 3, 7, 6, 4, 3};
+  Vec x = random_vec(size_t(s.n) * s.c * s.h * s.w, gen), w = random_vec(size_t(s.oc) * s.c * s.k * s.k, gen),
+      b = random_vec(size_t(s.oc), gen);
+  const Vec r = random_vec(size_t(s.n) * s.oc * s.oh() * s.ow(), gen);  // L = sum(y * r), so dL/dy = r
+  Vec col, tmp, dcol, y(r.size());
+  auto loss = [&] {
+    conv2d_forward(s, x.data(), w.data(), b.data(), y.data(), col, tmp);
+    return dot(y, r);
+  };
+  loss();
+  Vec dw(w.size()), db(b.size()), dx(x.size());
+  conv2d_backward(s, w.data(), r.data(), col, dw.data(), db.data(), dx.data(), tmp, dcol);
+  EXPECT_LT(rel_error(dx, numeric_grad(x, loss)), kBound);
+  EXPECT_LT(rel_error(dw, numeric_grad(w, loss)), kBound);
+  EXPECT_LT(rel_error(db, numeric_grad(b, loss)), kBound);
+}
+
+TEST(Gradients, AvgPoolWithOddSideDropsLastRowAndColumn) {
+  std::mt19937 gen(2);
+  const int planes = 3, h = 9, w = 9;
+  Vec x = random_vec(size_t(planes) * h * w, gen);
+  const Vec r = random_vec(size_t(planes) * 4 * 4, gen);
+  Vec y(r.size());
+  auto loss = [&] {
+    avgpool2_forward(planes, h, w, x.data(), y.data());
+    return dot(y, r);
+  };
+  loss();
+  EXPECT_DOUBLE_EQ(y[0], (x[0] + x[1] + x[9] + x[10]) / 4);
+  Vec dx(x.size());
+  avgpool2_backward(planes, h, w, r.data(), dx.data());
+  EXPECT_LT(rel_error(dx, numeric_grad(x, loss)), kBound);
+  EXPECT_EQ(dx[8], 0.0);       // last column
+  EXPECT_EQ(dx[8 * 9], 0.0);   // last row
+}
+
+TEST(Gradients, Relu) {
+  std::mt19937 gen(3);
+  Vec x = random_vec(50, gen);
+  const Vec r = random_vec(50, gen);
+  Vec y;
+  auto loss = [&] {
+    y = x;
+    relu_forward<double>(static_cast<long long>(y.size()), y.data());
+    return dot(y, r);
+  };
+  loss();
+  Vec dx(x.size());
+  relu_backward<double>(static_cast<long long>(y.size()), y.data(), r.data(), dx.data());
+  EXPECT_LT(rel_error(dx, numeric_grad(x, loss)), kBound);
+}
+
+TEST(Gradients, Linear) {
+  std::mt19937 gen(4);
+  const int n = 5, in = 7, out = 4;
+  Vec x = random_vec(size_t(n) * in, gen), w = random_vec(size_t(out) * in, gen), b = random_vec(size_t(out), gen);
+  const Vec r = random_vec(size_t(n) * out, gen);
+  Vec y(r.size());
+  auto loss = [&] {
+    linear_forward(n, in, out, x.data(), w.data(), b.data(), y.data());
+    return dot(y, r);
+  };
+  loss();
+  Vec dw(w.size()), db(b.size()), dx(x.size());
+  linear_backward(n, in, out, x.data(), w.data(), r.data(), dw.data(), db.data(), dx.data());
+  EXPECT_LT(rel_error(dx, numeric_grad(x, loss)), kBound);
+  EXPECT_LT(rel_error(dw, numeric_grad(w, loss)), kBound);
+  EXPECT_LT(rel_error(db, numeric_grad(b, loss)), kBound);
+}
+
+TEST(Gradients, SoftmaxCrossEntropySum) {
+  std::mt19937 gen(5);
+  const int n = 6;
+  Vec z = random_vec(size_t(n) * kClasses, gen, -3, 3);
+  const std::vector<int32_t> labels = {0, 3, 9, 3, 7, 1};
+  Vec dz(z.size()), scratch(z.size());
+  int64_t correct = -1;
+  const double l = softmax_xent(n, kClasses, z.data(), labels.data(), dz.data(), &correct);
+  double by_hand = 0;  // sum over rows of log(sum exp z) - z[label]
+  for (int i = 0; i < n; ++i) {
+    double s = 0;
+    for (int c = 0; c < kClasses; ++c) s += std::exp(z[i * kClasses + c]);
+    by_hand += std::log(s) - z[i * kClasses + labels[i]];
+  }
+  EXPECT_NEAR(l, by_hand, 1e-12);
+  auto loss = [&] { return softmax_xent(n, kClasses, z.data(), labels.data(), scratch.data(), nullptr); };
+  EXPECT_LT(rel_error(dz, numeric_grad(z, loss)), kBound);
+  int64_t expected = 0;
+  for (int i = 0; i < n; ++i) {
+    const double* row = &z[i * kClasses];
+    expected += std::max_element(row, row + kClasses) - row == labels[i];
+  }
+  EXPECT_EQ(correct, expected);
+}
+
+// Parameters large enough that every ReLU sees both signs (the N(0, 0.01^2) start would make the
+// gradients of the early layers tiny but not wrong).
+Vec test_parameters(std::mt19937& gen) {
+  Vec p(kNumParameters);
+  std::normal_distribution<double> d(0.0, 0.2);
+  for (double& v : p) v = d(gen);
+  return p;
+}
+
+// Through the whole network a perturbation moves thousands of ReLU inputs, so now and then one crosses
+// zero inside [-h, h] and the central difference mixes two slopes (seen: 1 of 320 samples off by 1e-4
+// relative). Such samples are recognised by their one-sided differences: where the loss is smooth they
+// differ by h * |f''|, measured below 3e-8 relative here, while that kink made them differ by 1.3e-4.
+// Samples over 1e-6 are left out; at most 5% may be, and the rest must meet the usual bound.
+TEST(Gradients, WholeNetworkSampledPerTensor) {
+  std::mt19937 gen(6);
+  Vec params = test_parameters(gen);
+  const int rows = 3;
+  const Vec x = random_vec(size_t(rows) * kInPixels, gen, 0, 1);
+  const std::vector<int32_t> labels = {2, 7, 0};
+  CpuLenet<double> net;
+  Vec grads(kNumParameters);
+  const double l0 = net.forward_backward(params.data(), x.data(), labels.data(), rows, grads.data()).loss_sum;
+  auto loss = [&] { return net.forward(params.data(), x.data(), labels.data(), rows).loss_sum; };
+  Vec analytic, numeric;
+  size_t samples = 0, kinks = 0;
+  std::uniform_int_distribution<size_t> pick(0, size_t{1} << 30);
+  for (const TensorSpec& t : tensor_specs()) {
+    for (int i = 0; i < 40; ++i, ++samples) {
+      const size_t k = t.offset + pick(gen) % t.size;
+      const double keep = params[k];
+      params[k] = keep + kStep;
+      const double up = loss();
+      params[k] = keep - kStep;
+      const double down = loss();
+      params[k] = keep;
+      const double forward_slope = (up - l0) / kStep, backward_slope = (l0 - down) / kStep;
+      if (std::fabs(forward_slope - backward_slope) > 1e-6 * (1 + std::fabs(forward_slope))) {
+        ++kinks;
+        continue;
+      }
+      analytic.push_back(grads[k]);
+      numeric.push_back((up - down) / (2 * kStep));
+    }
+  }
+  EXPECT_LE(kinks, samples / 20) << "too many samples straddle a ReLU kink to judge";
+  EXPECT_LT(rel_error(analytic, numeric), kBound) << kinks << " kink samples left out of " << samples;
+}
+
+TEST(Gradients, FloatModelMatchesDoubleModel) {
+  std::mt19937 gen(7);
+  const Vec params = test_parameters(gen);
+  const int rows = 16;
+  const Vec x = random_vec(size_t(rows) * kInPixels, gen, 0, 1);
+  std::vector<int32_t> labels(rows);
+  for (int i = 0; i < rows; ++i) labels[size_t(i)] = i % kClasses;
+  Vec g64(kNumParameters);
+  CpuLenet<double> net64;
+  const double l64 = net64.forward_backward(params.data(), x.data(), labels.data(), rows, g64.data()).loss_sum;
+  const std::vector<float> pf(params.begin(), params.end()), xf(x.begin(), x.end());
+  std::vector<float> g32(kNumParameters);
+  CpuLenet<float> net32;
+  const double l32 = net32.forward_backward(pf.data(), xf.data(), labels.data(), rows, g32.data()).loss_sum;
+  // float32 has 24-bit mantissas; sums of at most ~20,000 terms keep the relative error near
+  // 1e-6 * sqrt(terms) < 1e-4.
+  EXPECT_LT(std::fabs(l32 - l64) / std::fabs(l64), 1e-4);
+  EXPECT_LT(rel_error(Vec(g32.begin(), g32.end()), g64), 1e-4);
+}
+
+TEST(Gradients, ZeroRowsGiveZeroGradient) {
+  std::vector<float> params = init_parameters<float>(1), grads(kNumParameters, 1.0f);
+  CpuLenet<float> net;
+  const StepStats st = net.forward_backward(params.data(), nullptr, nullptr, 0, grads.data());
+  EXPECT_EQ(st.loss_sum, 0.0);
+  for (float g : grads) ASSERT_EQ(g, 0.0f);
+}
+
+TEST(Gemm, BlasAndPortableAgreeForEveryTransposition) {
+  std::mt19937 gen(8);
+  const int m = 13, n = 17, k = 11;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      const Vec a = random_vec(size_t(m) * k, gen), b = random_vec(size_t(k) * n, gen);
+      Vec c1 = random_vec(size_t(m) * n, gen), c2 = c1, ref = c1;
+      const int lda = ta ? m : k, ldb = tb ? k : n;
+      gemm<double>(ta, tb, m, n, k, 0.5, a.data(), lda, b.data(), ldb, 2.0, c1.data(), n);
+      gemm_portable<double>(ta, tb, m, n, k, 0.5, a.data(), lda, b.data(), ldb, 2.0, c2.data(), n);
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) {
+          double s = 0;
+          for (int p = 0; p < k; ++p) s += (ta ? a[size_t(p) * m + i] : a[size_t(i) * k + p]) *
+                                           (tb ? b[size_t(j) * k + p] : b[size_t(p) * n + j]);
+          ref[size_t(i) * n + j] = 0.5 * s + 2.0 * ref[size_t(i) * n + j];
+        }
+      EXPECT_LT(rel_error(c1, ref), 1e-14) << "ta=" << ta << " tb=" << tb;
+      EXPECT_LT(rel_error(c2, ref), 1e-14) << "ta=" << ta << " tb=" << tb;
+    }
+}
+
+TEST(Model, LayoutMatchesTheArchitectureTable) {
+  const auto& s = tensor_specs();
+  EXPECT_EQ(s[kConv1W].size, 180u);
+  EXPECT_EQ(s[kConv2W].size, 25000u);
+  EXPECT_EQ(s[kFc1W].size, 102400u);
+  EXPECT_EQ(s[kFc2B].offset + s[kFc2B].size, kNumParameters);
+  EXPECT_EQ(kFlat, 800);
+  const std::vector<float> p = init_parameters<float>(3);
+  double sum = 0, sq = 0;
+  size_t n = 0;
+  for (const TensorSpec& t : s)
+    for (size_t i = 0; i < t.size; ++i) {
+      const double v = p[t.offset + i];
+      if (!t.is_weight) {
+        ASSERT_EQ(v, 0.0) << t.name;
+        continue;
+      }
+      sum += v, sq += v * v, ++n;
+    }
+  // 128,808 draws of N(0, 0.01^2): the sample std is within 1% of 0.01 with overwhelming probability.
+  EXPECT_NEAR(std::sqrt(sq / n - (sum / n) * (sum / n)), 0.01, 1e-4);
+  EXPECT_EQ(init_parameters<float>(3), p);
+  EXPECT_NE(init_parameters<float>(4), p);
+}
+
+}  // namespace
