@@ -25,8 +25,13 @@ class Backend {
   // One entry per replica, e.g. {"cpu", "cpu"} or {"cuda:0", "cuda:0"}.
   virtual std::vector<std::string> devices() const = 0;
   // One step on the minibatch data[idx[0..rows)): split over the replicas, gradients summed across them,
-  // every replica updated with w -= lr * g / rows. Returns the loss sum and correct count of all rows.
-  virtual model::StepStats train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) = 0;
+  // every replica updated with w -= lr * g / rows.
+  virtual void train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) = 0;
+  // Loss sum and correct count of the rows trained since the last call (read once per epoch, so a GPU
+  // backend need not synchronise per step for them).
+  virtual model::StepStats take_train_stats() = 0;
+  // Returns when all enqueued work has finished (the end of an epoch's timed training pass).
+  virtual void synchronize() {}
   // Correct predictions over the whole split, in minibatches of batch_size.
   virtual int64_t count_correct(const io::Split& data, int batch_size) = 0;
   // Replica r's parameters, in the flat layout of model/lenet.hpp.

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "engine/cpu_backend.hpp"
+#include "engine/cuda_naive_backend.hpp"
 #include "engine/cuda_probe.hpp"
 #include "model/gemm.hpp"
 #include "model/lenet.hpp"
@@ -33,24 +34,53 @@ void validate(const CliOptions& o) {
     throw UsageError("--replicas " + std::to_string(*o.replicas) + " is larger than --batch-size " +
                      std::to_string(t.batch_size) + ": every replica needs a row of a full minibatch");
   }
+  // --num-gpus without --replicas sets the replica count; checked once the backend is known.
 }
 
-// The backend that will run, after --backend auto has been resolved; throws UsageError when the
-// requested one cannot run here.
-std::string choose_backend(const CliOptions& o, std::ostream& notice) {
-  if (o.backend == "cpu") return "cpu";
-  const CudaProbe probe = probe_cuda();
-  if (o.backend == "cuda") {
-    if (!probe.ok()) throw UsageError("--backend cuda: no CUDA device answers (" + probe.describe() + ")");
-    throw UsageError("--backend cuda: the CUDA backend is not implemented yet in this version; use --backend cpu");
+// Minibatch sizes a run meets: full ones and the partial last one, if any.
+std::vector<int> batch_sizes(size_t examples, int batch) {
+  std::vector<int> sizes = {static_cast<int>(std::min(examples, static_cast<size_t>(batch)))};
+  if (examples > static_cast<size_t>(batch) && examples % static_cast<size_t>(batch) != 0)
+    sizes.push_back(static_cast<int>(examples % static_cast<size_t>(batch)));
+  return sizes;
+}
+
+void check_replicas(int replicas, int batch) {
+  if (replicas > batch) {
+    throw UsageError(std::to_string(replicas) + " replicas for --batch-size " + std::to_string(batch) +
+                     ": every replica needs a row of a full minibatch (set --replicas)");
   }
-  if (probe.ok()) {
-    notice << kProgram << ": " << probe.describe() << " found, but the CUDA backend is not implemented yet; "
-           << "training on the CPU" << std::endl;
-  } else {
-    notice << kProgram << ": no CUDA device answers (" << probe.describe() << "); training on the CPU" << std::endl;
+}
+
+std::unique_ptr<Backend> make_cpu_backend(const CliOptions& o) {
+  // Replica count already checked against the batch size before the data was loaded.
+  return std::make_unique<CpuBackend>(o.replicas.value_or(o.num_gpus.value_or(1)),
+                                      model::init_parameters<float>(o.train.seed));
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const CliOptions& o, const CudaProbe& probe, const io::FashionMnist& data,
+                                           std::ostream& notice) {
+  const int visible = probe.devices;
+  const int num_gpus = o.num_gpus.value_or(visible);
+  if (num_gpus > visible) {
+    throw UsageError("--num-gpus " + std::to_string(num_gpus) + ": only " + std::to_string(visible) + " GPU" +
+                     (visible == 1 ? " is" : "s are") + " visible; use --replicas " + std::to_string(num_gpus) +
+                     " to place several replicas on the visible GPUs");
   }
-  return "cpu";
+  if (o.mode == "graph") {
+    if (o.mode_given) throw UsageError("--mode graph: not implemented yet in this version; use --mode naive");
+    if (!o.train.quiet) notice << kProgram << ": graph mode is not implemented yet; running --mode naive" << std::endl;
+  }
+  CudaPlacement placement;
+  placement.num_gpus = num_gpus;
+  placement.replicas = o.replicas.value_or(num_gpus);
+  check_replicas(placement.replicas, o.train.batch_size);
+  placement.train_batch_rows = batch_sizes(data.train.size(), o.train.batch_size);
+  placement.eval_batch_rows = batch_sizes(data.test.size(), o.train.batch_size);
+  auto backend = std::make_unique<CudaNaiveBackend>(placement, model::init_parameters<float>(o.train.seed));
+  if (!o.train.quiet)
+    for (const std::string& line : backend->algorithm_report()) notice << kProgram << ": " << line << std::endl;
+  return backend;
 }
 
 }  // namespace
@@ -91,6 +121,7 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
     throw UsageError(std::string(e.what()) + " (see --help)");
   }
   if (app.count("--num-gpus")) o.num_gpus = num_gpus;
+  o.mode_given = app.count("--mode") > 0;
   if (app.count("--replicas")) o.replicas = replicas;
   if (app.count("--train-limit") && train_limit < 1) throw UsageError("--train-limit " + std::to_string(train_limit) + ": must be at least 1");
   if (app.count("--test-limit") && test_limit < 1) throw UsageError("--test-limit " + std::to_string(test_limit) + ": must be at least 1");
@@ -105,13 +136,19 @@ int run_cli(int argc, const char* const* argv) {
     const std::optional<CliOptions> parsed = parse_cli(argc, argv);
     if (!parsed) return 0;
     const CliOptions& o = *parsed;
-    choose_backend(o, std::cerr);
-    const int replicas = o.replicas.value_or(o.num_gpus.value_or(1));
+    // --backend auto: CUDA when a device answers, else the CPU with a one-line notice.
+    const CudaProbe probe = o.backend == "cpu" ? CudaProbe{} : probe_cuda();
+    if (o.backend == "cuda" && !probe.ok())
+      throw UsageError("--backend cuda: no CUDA device answers (" + probe.describe() + ")");
+    const bool use_cuda = o.backend != "cpu" && probe.ok();
+    if (o.backend == "auto" && !use_cuda)
+      std::cerr << kProgram << ": no CUDA device answers (" << probe.describe() << "); training on the CPU" << std::endl;
+    if (!use_cuda) check_replicas(o.replicas.value_or(o.num_gpus.value_or(1)), o.train.batch_size);
     const io::FashionMnist data = io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), o.train_limit, o.test_limit);
-    CpuBackend backend(replicas, model::init_parameters<float>(o.train.seed));
+    const std::unique_ptr<Backend> backend = use_cuda ? make_cuda_backend(o, probe, data, std::cerr) : make_cpu_backend(o);
     const bool terminal = ::isatty(STDERR_FILENO) == 1;
-    const TrainResult result = train(backend, data, o.train, std::cerr, terminal);
-    std::cout << final_line(result.epochs.back().test_acc, result.mean_epoch_seconds, backend.devices()) << std::endl;
+    const TrainResult result = train(*backend, data, o.train, std::cerr, terminal);
+    std::cout << final_line(result.epochs.back().test_acc, result.mean_epoch_seconds, backend->devices()) << std::endl;
     return 0;
   } catch (const UsageError& e) {
     std::cerr << kProgram << ": " << e.what() << std::endl;

@@ -1,6 +1,7 @@
 #include "engine/cpu_backend.hpp"
 
 #include <string>
+#include <utility>
 
 #include "profiling/nvtx.hpp"
 
@@ -20,9 +21,8 @@ CpuBackend::CpuBackend(int replicas, const std::vector<float>& initial_parameter
 
 std::vector<std::string> CpuBackend::devices() const { return std::vector<std::string>(replicas_.size(), "cpu"); }
 
-model::StepStats CpuBackend::train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) {
+void CpuBackend::train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) {
   const std::vector<RowRange> split = split_rows(rows, static_cast<int>(replicas_.size()));
-  model::StepStats total;
   {
     profiling::Range range("forward_backward");
     for (size_t r = 0; r < replicas_.size(); ++r) {
@@ -33,8 +33,8 @@ model::StepStats CpuBackend::train_step(const io::Split& data, const uint32_t* i
       data.gather(idx + part.first, static_cast<size_t>(part.rows), rep.x.data(), rep.labels.data());
       const model::StepStats st =
           rep.net.forward_backward(rep.params.data(), rep.x.data(), rep.labels.data(), part.rows, rep.grads.data());
-      total.loss_sum += st.loss_sum;
-      total.correct += st.correct;
+      stats_.loss_sum += st.loss_sum;
+      stats_.correct += st.correct;
     }
   }
   {
@@ -48,8 +48,9 @@ model::StepStats CpuBackend::train_step(const io::Split& data, const uint32_t* i
     const float scale = lr / static_cast<float>(rows);
     for (Replica& rep : replicas_) model::sgd_update(rep.params.data(), rep.grads.data(), model::kNumParameters, scale);
   }
-  return total;
 }
+
+model::StepStats CpuBackend::take_train_stats() { return std::exchange(stats_, model::StepStats{}); }
 
 int64_t CpuBackend::count_correct(const io::Split& data, int batch_size) {
   Replica& rep = replicas_.front();

@@ -15,7 +15,8 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   std::string mode() const override { return "cpu"; }
   std::vector<std::string> devices() const override;
-  model::StepStats train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) override;
+  void train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) override;
+  model::StepStats take_train_stats() override;
   // On replica 0, as the source text evaluates on its first device.
   int64_t count_correct(const io::Split& data, int batch_size) override;
   std::vector<float> parameters(int replica) const override;
@@ -28,6 +29,7 @@ class CpuBackend final : public Backend {
   };
   std::vector<Replica> replicas_;
   RingSchedule ring_;
+  model::StepStats stats_;
 };
 
 }  // namespace lenet::engine

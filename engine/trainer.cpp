@@ -105,24 +105,22 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
   for (int e = 0; e < options.epochs; ++e) {
     profiling::Range epoch_range("epoch");
     const std::vector<uint32_t> order = sampler.epoch_order(static_cast<uint64_t>(e));
-    double loss_sum = 0;
-    int64_t correct = 0;
+    backend.take_train_stats();  // start the epoch's counts at zero
     const Clock::time_point t0 = Clock::now();
     for (size_t b = 0; b < sampler.num_batches(); ++b) {
       profiling::Range step_range("step");
       const io::BatchRange batch = sampler.batch(b);
-      const model::StepStats st = backend.train_step(data.train, order.data() + batch.first,
-                                                     static_cast<int>(batch.rows), lr);
-      loss_sum += st.loss_sum;
-      correct += st.correct;
+      backend.train_step(data.train, order.data() + batch.first, static_cast<int>(batch.rows), lr);
       bar.step(e + 1, b + 1, sampler.num_batches(), batch.first + batch.rows, seconds_since(t0));
     }
     EpochMetrics m;
     m.epoch = e + 1;
+    backend.synchronize();
     m.epoch_seconds = seconds_since(t0);
+    const model::StepStats st = backend.take_train_stats();
     const double n = static_cast<double>(data.train.size());
-    m.train_loss = loss_sum / n;
-    m.train_acc = static_cast<double>(correct) / n;
+    m.train_loss = st.loss_sum / n;
+    m.train_acc = static_cast<double>(st.correct) / n;
     m.examples_per_second = n / m.epoch_seconds;
     {
       profiling::Range eval_range("eval");

@@ -1,0 +1,197 @@
+#include "engine/cuda_naive_backend.hpp"
+
+#include <algorithm>
+
+#include "engine/ring.hpp"
+#include "model/cuda_kernels.hpp"
+#include "profiling/nvtx.hpp"
+
+namespace lenet::engine {
+namespace {
+
+using cuda::DeviceGuard;
+
+// A synchronous copy between two replicas' device buffers, like tensor.to(device) in the source text.
+// cudaMemcpyPeer is serialised with all work on both devices; whether it accepts srcDevice == dstDevice
+// is not documented, so replicas sharing a GPU use a device-to-device copy on that device's stream.
+void copy_between(float* dst, int dst_device, const float* src, int src_device, size_t count) {
+  const size_t bytes = count * sizeof(float);
+  if (dst_device == src_device) {
+    DeviceGuard guard(dst_device);
+    LENET_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+  } else {
+    LENET_CUDA_CHECK(cudaMemcpyPeer(dst, dst_device, src, src_device, bytes));
+  }
+}
+
+void enable_peer_access(int num_gpus) {
+  for (int i = 0; i < num_gpus; ++i)
+    for (int j = 0; j < num_gpus; ++j) {
+      if (i == j) continue;
+      int can = 0;
+      LENET_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, i, j));
+      if (!can) continue;  // copies between them then go through the host, still correct
+      DeviceGuard guard(i);
+      const cudaError_t rc = cudaDeviceEnablePeerAccess(j, 0);
+      if (rc == cudaErrorPeerAccessAlreadyEnabled) {
+        cudaGetLastError();
+      } else {
+        LENET_CUDA_CHECK(rc);
+      }
+    }
+}
+
+}  // namespace
+
+CudaNaiveBackend::CudaNaiveBackend(const CudaPlacement& placement, const std::vector<float>& initial_parameters) {
+  const int n_gpus = placement.num_gpus, n_rep = placement.replicas;
+  if (n_gpus < 1 || n_rep < 1) throw std::invalid_argument("CudaNaiveBackend: no GPU or no replica");
+  if (initial_parameters.size() != model::kNumParameters) throw std::invalid_argument("CudaNaiveBackend: parameters");
+  if (placement.train_batch_rows.empty()) throw std::invalid_argument("CudaNaiveBackend: no minibatch size");
+  for (int g = 0; g < n_gpus; ++g) contexts_.push_back(std::make_unique<cuda::DeviceContext>(g));
+  enable_peer_access(n_gpus);
+
+  const int largest = *std::max_element(placement.train_batch_rows.begin(), placement.train_batch_rows.end());
+  const int largest_eval = placement.eval_batch_rows.empty()
+                               ? 0
+                               : *std::max_element(placement.eval_batch_rows.begin(), placement.eval_batch_rows.end());
+  for (int r = 0; r < n_rep; ++r) {
+    std::vector<int> rows;
+    for (int b : placement.train_batch_rows) rows.push_back(split_rows(b, n_rep)[static_cast<size_t>(r)].rows);
+    int capacity = std::max(1, split_rows(largest, n_rep)[static_cast<size_t>(r)].rows);
+    if (r == 0) {  // evaluation runs on replica 0, as in the source text
+      rows.insert(rows.end(), placement.eval_batch_rows.begin(), placement.eval_batch_rows.end());
+      capacity = std::max(capacity, largest_eval);
+    }
+    replicas_.push_back(std::make_unique<cuda::CudaLenet>(*contexts_[static_cast<size_t>(r % n_gpus)], capacity, rows));
+    DeviceGuard guard(replicas_.back()->device());
+    LENET_CUDA_CHECK(cudaMemcpy(replicas_.back()->params(), initial_parameters.data(),
+                                model::kNumParameters * sizeof(float), cudaMemcpyHostToDevice));
+    replicas_.back()->zero_stats(cuda::CudaLenet::kTrainStats);
+    replicas_.back()->zero_stats(cuda::CudaLenet::kEvalStats);
+  }
+  size_t largest_tensor = 0;
+  for (const model::TensorSpec& t : model::tensor_specs()) largest_tensor = std::max(largest_tensor, t.size);
+  receive_ = cuda::DeviceBuffer<float>(replicas_[0]->device(), largest_tensor);
+  synchronize();
+}
+
+CudaNaiveBackend::~CudaNaiveBackend() = default;
+
+std::vector<std::string> CudaNaiveBackend::devices() const {
+  std::vector<std::string> out;
+  for (const auto& r : replicas_) out.push_back("cuda:" + std::to_string(r->device()));
+  return out;
+}
+
+std::vector<std::string> CudaNaiveBackend::algorithm_report() const {
+  std::vector<std::string> out;
+  for (size_t r = 0; r < replicas_.size(); ++r)
+    out.push_back("replica " + std::to_string(r) + " on cuda:" + std::to_string(replicas_[r]->device()) +
+                  ": cuDNN algorithms " + replicas_[r]->algorithms());
+  return out;
+}
+
+void CudaNaiveBackend::copy_rows_to(int replica, const io::Split& data, const uint32_t* idx, int rows) {
+  if (rows == 0) return;
+  cuda::CudaLenet& rep = *replicas_[static_cast<size_t>(replica)];
+  host_x_.resize(static_cast<size_t>(rows) * model::kInPixels);
+  host_labels_.resize(static_cast<size_t>(rows));
+  data.gather(idx, static_cast<size_t>(rows), host_x_.data(), host_labels_.data());
+  DeviceGuard guard(rep.device());
+  LENET_CUDA_CHECK(cudaMemcpy(rep.x(), host_x_.data(), host_x_.size() * sizeof(float), cudaMemcpyHostToDevice));
+  LENET_CUDA_CHECK(cudaMemcpy(rep.labels(), host_labels_.data(), host_labels_.size() * sizeof(int32_t),
+                              cudaMemcpyHostToDevice));
+}
+
+// The source text's allreduce, for each parameter tensor in turn: every other replica's gradient is
+// copied to replica 0 and added there, then the sum is copied back to every replica.
+void CudaNaiveBackend::allreduce_textbook() {
+  cuda::CudaLenet& root = *replicas_[0];
+  for (const model::TensorSpec& t : model::tensor_specs()) {
+    float* sum = root.grads() + t.offset;
+    for (size_t r = 1; r < replicas_.size(); ++r) {
+      copy_between(receive_.get(), root.device(), replicas_[r]->grads() + t.offset, replicas_[r]->device(), t.size);
+      DeviceGuard guard(root.device());
+      cuda::launch_add_into(sum, receive_.get(), t.size, nullptr);
+    }
+    for (size_t r = 1; r < replicas_.size(); ++r)
+      copy_between(replicas_[r]->grads() + t.offset, replicas_[r]->device(), sum, root.device(), t.size);
+  }
+}
+
+void CudaNaiveBackend::train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) {
+  const std::vector<RowRange> split = split_rows(rows, static_cast<int>(replicas_.size()));
+  {
+    profiling::Range range("h2d");
+    for (size_t r = 0; r < replicas_.size(); ++r) copy_rows_to(static_cast<int>(r), data, idx + split[r].first, split[r].rows);
+  }
+  {
+    profiling::Range range("forward");
+    for (size_t r = 0; r < replicas_.size(); ++r) {
+      replicas_[r]->forward(split[r].rows);
+      replicas_[r]->loss(split[r].rows);
+    }
+  }
+  {
+    profiling::Range range("backward");
+    for (size_t r = 0; r < replicas_.size(); ++r) replicas_[r]->backward(split[r].rows);
+  }
+  if (replicas_.size() > 1) {
+    profiling::Range range("allreduce");
+    allreduce_textbook();
+  }
+  {
+    profiling::Range range("update");
+    const float scale = lr / static_cast<float>(rows);
+    for (auto& rep : replicas_) {
+      DeviceGuard guard(rep->device());
+      cuda::launch_sgd_update(rep->params(), rep->grads(), model::kNumParameters, scale, nullptr);
+    }
+  }
+  synchronize();  // torch.cuda.synchronize() after every minibatch, as in the source text
+}
+
+void CudaNaiveBackend::synchronize() {
+  for (const auto& ctx : contexts_) {
+    DeviceGuard guard(ctx->device());
+    LENET_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+}
+
+model::StepStats CudaNaiveBackend::take_train_stats() {
+  model::StepStats total;
+  for (auto& rep : replicas_) {
+    const model::StepStats st = rep->read_stats(cuda::CudaLenet::kTrainStats);
+    total.loss_sum += st.loss_sum;
+    total.correct += st.correct;
+    rep->zero_stats(cuda::CudaLenet::kTrainStats);
+  }
+  return total;
+}
+
+int64_t CudaNaiveBackend::count_correct(const io::Split& data, int batch_size) {
+  profiling::Range range("eval");
+  cuda::CudaLenet& rep = *replicas_[0];
+  std::vector<uint32_t> idx(static_cast<size_t>(batch_size));
+  for (size_t first = 0; first < data.size(); first += static_cast<size_t>(batch_size)) {
+    const int rows = static_cast<int>(std::min(static_cast<size_t>(batch_size), data.size() - first));
+    for (int i = 0; i < rows; ++i) idx[static_cast<size_t>(i)] = static_cast<uint32_t>(first + static_cast<size_t>(i));
+    copy_rows_to(0, data, idx.data(), rows);
+    rep.forward(rows);
+    rep.loss(rows, cuda::CudaLenet::kEvalStats);
+  }
+  const int64_t correct = rep.read_stats(cuda::CudaLenet::kEvalStats).correct;
+  rep.zero_stats(cuda::CudaLenet::kEvalStats);
+  return correct;
+}
+
+std::vector<float> CudaNaiveBackend::parameters(int replica) const {
+  return replicas_.at(static_cast<size_t>(replica))->param_buffer().download();
+}
+
+std::vector<float> CudaNaiveBackend::gradients(int replica) const {
+  return replicas_.at(static_cast<size_t>(replica))->grad_buffer().download();
+}
+
+}  // namespace lenet::engine

@@ -1,0 +1,77 @@
+// Checked CUDA, cuDNN and cuBLAS calls: a failure throws CudaError naming the call, the file and line,
+// the device and the library's own error name, which the CLI prints as one line (exit status 1).
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace lenet::cuda {
+
+class CudaError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// What the user can do about an error, when there is something to say.
+inline const char* cuda_hint(cudaError_t rc) {
+  switch (rc) {
+    case cudaErrorMemoryAllocation: return " (out of device memory: try a smaller --batch-size or fewer --replicas per GPU)";
+    case cudaErrorInsufficientDriver:
+    case cudaErrorNoDevice:
+    case cudaErrorStubLibrary: return " (no usable GPU: use --backend cpu)";
+    case cudaErrorInvalidDevice: return " (no such GPU: check --num-gpus and CUDA_VISIBLE_DEVICES)";
+    default: return "";
+  }
+}
+
+[[noreturn]] inline void throw_cuda_error(const char* lib, const char* call, const char* file, int line,
+                                          const std::string& what) {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) device = -1;
+  throw CudaError(std::string(call) + " failed on cuda:" + std::to_string(device) + " at " + file + ":" +
+                  std::to_string(line) + ": " + lib + " " + what);
+}
+
+inline void check_cuda(cudaError_t rc, const char* call, const char* file, int line) {
+  if (rc == cudaSuccess) return;
+  cudaGetLastError();  // clear a non-sticky error so later calls do not report it again
+  throw_cuda_error("CUDA", call, file, line,
+                   std::string(cudaGetErrorName(rc)) + " (" + cudaGetErrorString(rc) + ")" + cuda_hint(rc));
+}
+
+inline void check_cudnn(cudnnStatus_t rc, const char* call, const char* file, int line) {
+  if (rc == CUDNN_STATUS_SUCCESS) return;
+  throw_cuda_error("cuDNN", call, file, line, cudnnGetErrorString(rc));
+}
+
+inline void check_cublas(cublasStatus_t rc, const char* call, const char* file, int line) {
+  if (rc == CUBLAS_STATUS_SUCCESS) return;
+  throw_cuda_error("cuBLAS", call, file, line,
+                   std::string(cublasGetStatusName(rc)) + " (" + cublasGetStatusString(rc) + ")");
+}
+
+// Sets a device for a scope and restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    check_cuda(cudaGetDevice(&previous_), "cudaGetDevice", __FILE__, __LINE__);
+    if (device != previous_) check_cuda(cudaSetDevice(device), "cudaSetDevice", __FILE__, __LINE__);
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+}  // namespace lenet::cuda
+
+#define LENET_CUDA_CHECK(call) ::lenet::cuda::check_cuda((call), #call, __FILE__, __LINE__)
+#define LENET_CUDNN_CHECK(call) ::lenet::cuda::check_cudnn((call), #call, __FILE__, __LINE__)
+#define LENET_CUBLAS_CHECK(call) ::lenet::cuda::check_cublas((call), #call, __FILE__, __LINE__)
+// After a kernel launch: launch-configuration errors surface here, not at the next call.
+#define LENET_CHECK_LAUNCH(name) ::lenet::cuda::check_cuda(cudaGetLastError(), name, __FILE__, __LINE__)

@@ -1,0 +1,394 @@
+#include "model/cuda_lenet.hpp"
+
+#include <algorithm>
+#include <functional>
+
+#include "model/cuda_kernels.hpp"
+
+namespace lenet::cuda {
+namespace {
+
+using model::kC1;
+using model::kC2;
+using model::kClasses;
+using model::kFlat;
+using model::kHidden;
+using model::kInSide;
+using model::kK1;
+using model::kK2;
+using model::kP1;
+using model::kP2;
+using model::kS1;
+using model::kS2;
+
+constexpr float kOne = 1.0f;
+constexpr float kZero = 0.0f;
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;  // cuBLAS's recommendation for sm_90
+constexpr size_t kMaxConvWorkspaceBytes = size_t{256} << 20;
+
+void set4d(cudnnTensorDescriptor_t d, int n, int c, int h, int w) {
+  LENET_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+}
+
+struct Candidate {
+  int algo;
+  cudnnMathType_t math;
+};
+
+// Deterministic algorithms that compute in full fp32: FMA math first, then the default math type
+// (tensor-op math types would round inputs to TF32 or lower).
+template <typename Perf>
+std::vector<Candidate> fp32_deterministic(const Perf* perf, int count) {
+  std::vector<Candidate> fma, plain;
+  for (int i = 0; i < count; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC) continue;
+    if (perf[i].mathType == CUDNN_FMA_MATH) fma.push_back({static_cast<int>(perf[i].algo), perf[i].mathType});
+    if (perf[i].mathType == CUDNN_DEFAULT_MATH) plain.push_back({static_cast<int>(perf[i].algo), perf[i].mathType});
+  }
+  fma.insert(fma.end(), plain.begin(), plain.end());
+  return fma;
+}
+
+}  // namespace
+
+DeviceContext::DeviceContext(int device) : device_(device) {
+  DeviceGuard guard(device);
+  LENET_CUDNN_CHECK(cudnnCreate(&cudnn_));
+  LENET_CUBLAS_CHECK(cublasCreate(&cublas_));
+  LENET_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  cublas_workspace_ = DeviceBuffer<char>(device, kCublasWorkspaceBytes);
+  bind(nullptr);
+}
+
+DeviceContext::~DeviceContext() {
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(device_);
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
+  cudaSetDevice(previous);
+}
+
+void DeviceContext::bind(cudaStream_t stream) {
+  DeviceGuard guard(device_);
+  LENET_CUDNN_CHECK(cudnnSetStream(cudnn_, stream));
+  LENET_CUBLAS_CHECK(cublasSetStream(cublas_, stream));
+  LENET_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_.get(), cublas_workspace_.bytes()));
+  bound_ = stream;
+}
+
+CudaLenet::CudaLenet(DeviceContext& ctx, int max_rows, const std::vector<int>& row_counts)
+    : ctx_(ctx), max_rows_(max_rows) {
+  if (max_rows < 1) throw std::invalid_argument("CudaLenet: max_rows " + std::to_string(max_rows));
+  const int dev = ctx.device();
+  const size_t n = static_cast<size_t>(max_rows);
+  params_ = DeviceBuffer<float>(dev, model::kNumParameters);
+  grads_ = DeviceBuffer<float>(dev, model::kNumParameters);
+  x_ = DeviceBuffer<float>(dev, n * model::kInPixels);
+  a1_ = DeviceBuffer<float>(dev, n * kC1 * kS1 * kS1);
+  da1_ = DeviceBuffer<float>(dev, n * kC1 * kS1 * kS1);
+  p1_ = DeviceBuffer<float>(dev, n * kC1 * kP1 * kP1);
+  dp1_ = DeviceBuffer<float>(dev, n * kC1 * kP1 * kP1);
+  a2_ = DeviceBuffer<float>(dev, n * kC2 * kS2 * kS2);
+  da2_ = DeviceBuffer<float>(dev, n * kC2 * kS2 * kS2);
+  p2_ = DeviceBuffer<float>(dev, n * kFlat);
+  dp2_ = DeviceBuffer<float>(dev, n * kFlat);
+  h_ = DeviceBuffer<float>(dev, n * kHidden);
+  dh_ = DeviceBuffer<float>(dev, n * kHidden);
+  logits_ = DeviceBuffer<float>(dev, n * kClasses);
+  dlogits_ = DeviceBuffer<float>(dev, n * kClasses);
+  row_loss_ = DeviceBuffer<float>(dev, n);
+  labels_ = DeviceBuffer<int32_t>(dev, n);
+  row_correct_ = DeviceBuffer<int32_t>(dev, n);
+  loss_sum_ = DeviceBuffer<double>(dev, 2);
+  correct_ = DeviceBuffer<unsigned long long>(dev, 2);
+  ones_ = DeviceBuffer<float>(dev, n);
+  ones_.upload(std::vector<float>(n, 1.0f).data(), n);  // the bias gradients are GEMVs with a ones vector
+
+  DeviceGuard guard(dev);
+  for (cudnnTensorDescriptor_t* d : {&x_desc_, &a1_desc_, &p1_desc_, &a2_desc_, &p2_desc_, &h_desc_, &b1_desc_, &b2_desc_})
+    LENET_CUDNN_CHECK(cudnnCreateTensorDescriptor(d));
+  LENET_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w1_desc_));
+  LENET_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w2_desc_));
+  for (cudnnConvolutionDescriptor_t* d : {&conv1_fwd_, &conv1_bwf_, &conv2_fwd_, &conv2_bwf_, &conv2_bwd_}) {
+    LENET_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(d));
+    // Cross-correlation, as torch.nn.Conv2d and the CPU backend compute.
+    LENET_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(*d, 0, 0, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  }
+  LENET_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&pool_desc_));
+  // Windows never cover padding here (none), so both average modes agree; output size floors (9 -> 4).
+  LENET_CUDNN_CHECK(cudnnSetPooling2dDescriptor(pool_desc_, CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
+                                                CUDNN_NOT_PROPAGATE_NAN, 2, 2, 0, 0, 2, 2));
+  LENET_CUDNN_CHECK(cudnnCreateActivationDescriptor(&relu_desc_));
+  LENET_CUDNN_CHECK(cudnnSetActivationDescriptor(relu_desc_, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+  LENET_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w1_desc_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, kC1, 1, kK1, kK1));
+  LENET_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w2_desc_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, kC2, kC1, kK2, kK2));
+  set4d(b1_desc_, 1, kC1, 1, 1);
+  set4d(b2_desc_, 1, kC2, 1, 1);
+  choose_algorithms(row_counts);
+}
+
+CudaLenet::~CudaLenet() {
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(ctx_.device());
+  for (cudnnTensorDescriptor_t d : {x_desc_, a1_desc_, p1_desc_, a2_desc_, p2_desc_, h_desc_, b1_desc_, b2_desc_})
+    if (d != nullptr) cudnnDestroyTensorDescriptor(d);
+  if (w1_desc_ != nullptr) cudnnDestroyFilterDescriptor(w1_desc_);
+  if (w2_desc_ != nullptr) cudnnDestroyFilterDescriptor(w2_desc_);
+  for (cudnnConvolutionDescriptor_t d : {conv1_fwd_, conv1_bwf_, conv2_fwd_, conv2_bwf_, conv2_bwd_})
+    if (d != nullptr) cudnnDestroyConvolutionDescriptor(d);
+  if (pool_desc_ != nullptr) cudnnDestroyPoolingDescriptor(pool_desc_);
+  if (relu_desc_ != nullptr) cudnnDestroyActivationDescriptor(relu_desc_);
+  cudaSetDevice(previous);
+}
+
+void CudaLenet::set_batch_descriptors(int rows) {
+  if (rows == described_rows_) return;
+  set4d(x_desc_, rows, 1, kInSide, kInSide);
+  set4d(a1_desc_, rows, kC1, kS1, kS1);
+  set4d(p1_desc_, rows, kC1, kP1, kP1);
+  set4d(a2_desc_, rows, kC2, kS2, kS2);
+  set4d(p2_desc_, rows, kC2, kP2, kP2);
+  set4d(h_desc_, rows, kHidden, 1, 1);
+  described_rows_ = rows;
+}
+
+void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
+  std::vector<int> rows;
+  for (int r : row_counts)
+    if (r > 0 && r <= max_rows_) rows.push_back(r);
+  rows.push_back(max_rows_);
+  cudnnHandle_t h = ctx_.cudnn();
+  size_t workspace = 0;
+
+  // The first candidate whose workspace query succeeds for every row count, within the cap.
+  auto pick = [&](const char* what, cudnnConvolutionDescriptor_t conv, const std::vector<Candidate>& candidates,
+                  const std::function<cudnnStatus_t(int, size_t*)>& query) -> int {
+    for (const Candidate& c : candidates) {
+      LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, c.math));
+      size_t need = 0;
+      bool ok = true;
+      for (int r : rows) {
+        set_batch_descriptors(r);
+        size_t bytes = 0;
+        if (query(c.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxConvWorkspaceBytes) {
+          ok = false;
+          break;
+        }
+        need = std::max(need, bytes);
+      }
+      if (!ok) continue;
+      workspace = std::max(workspace, need);
+      algorithms_ += std::string(algorithms_.empty() ? "" : ", ") + what + " " + std::to_string(c.algo) +
+                     (c.math == CUDNN_FMA_MATH ? " (fma)" : " (default math)");
+      return c.algo;
+    }
+    throw CudaError(std::string("cuDNN offers no deterministic fp32 algorithm for ") + what + " on cuda:" +
+                    std::to_string(ctx_.device()));
+  };
+
+  constexpr int kMaxAlgos = 16;
+  int returned = 0;
+  set_batch_descriptors(max_rows_);
+  {
+    cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
+    LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv1_fwd_, CUDNN_FMA_MATH));
+    LENET_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x_desc_, w1_desc_, conv1_fwd_, a1_desc_, kMaxAlgos,
+                                                             &returned, perf));
+    fwd1_ = static_cast<cudnnConvolutionFwdAlgo_t>(
+        pick("conv1 forward", conv1_fwd_, fp32_deterministic(perf, returned), [&](int a, size_t* b) {
+          return cudnnGetConvolutionForwardWorkspaceSize(h, x_desc_, w1_desc_, conv1_fwd_, a1_desc_,
+                                                         static_cast<cudnnConvolutionFwdAlgo_t>(a), b);
+        }));
+    set_batch_descriptors(max_rows_);
+    LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv2_fwd_, CUDNN_FMA_MATH));
+    LENET_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p1_desc_, w2_desc_, conv2_fwd_, a2_desc_, kMaxAlgos,
+                                                             &returned, perf));
+    fwd2_ = static_cast<cudnnConvolutionFwdAlgo_t>(
+        pick("conv2 forward", conv2_fwd_, fp32_deterministic(perf, returned), [&](int a, size_t* b) {
+          return cudnnGetConvolutionForwardWorkspaceSize(h, p1_desc_, w2_desc_, conv2_fwd_, a2_desc_,
+                                                         static_cast<cudnnConvolutionFwdAlgo_t>(a), b);
+        }));
+  }
+  {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
+    set_batch_descriptors(max_rows_);
+    LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv1_bwf_, CUDNN_FMA_MATH));
+    LENET_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_desc_, a1_desc_, conv1_bwf_, w1_desc_,
+                                                                    kMaxAlgos, &returned, perf));
+    bwf1_ = static_cast<cudnnConvolutionBwdFilterAlgo_t>(
+        pick("conv1 backward filter", conv1_bwf_, fp32_deterministic(perf, returned), [&](int a, size_t* b) {
+          return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_desc_, a1_desc_, conv1_bwf_, w1_desc_,
+                                                                static_cast<cudnnConvolutionBwdFilterAlgo_t>(a), b);
+        }));
+    set_batch_descriptors(max_rows_);
+    LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv2_bwf_, CUDNN_FMA_MATH));
+    LENET_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p1_desc_, a2_desc_, conv2_bwf_, w2_desc_,
+                                                                    kMaxAlgos, &returned, perf));
+    bwf2_ = static_cast<cudnnConvolutionBwdFilterAlgo_t>(
+        pick("conv2 backward filter", conv2_bwf_, fp32_deterministic(perf, returned), [&](int a, size_t* b) {
+          return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p1_desc_, a2_desc_, conv2_bwf_, w2_desc_,
+                                                                static_cast<cudnnConvolutionBwdFilterAlgo_t>(a), b);
+        }));
+  }
+  {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
+    set_batch_descriptors(max_rows_);
+    LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv2_bwd_, CUDNN_FMA_MATH));
+    LENET_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w2_desc_, a2_desc_, conv2_bwd_, p1_desc_,
+                                                                  kMaxAlgos, &returned, perf));
+    bwd2_ = static_cast<cudnnConvolutionBwdDataAlgo_t>(
+        pick("conv2 backward data", conv2_bwd_, fp32_deterministic(perf, returned), [&](int a, size_t* b) {
+          return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w2_desc_, a2_desc_, conv2_bwd_, p1_desc_,
+                                                              static_cast<cudnnConvolutionBwdDataAlgo_t>(a), b);
+        }));
+  }
+  workspace_ = DeviceBuffer<char>(ctx_.device(), std::max<size_t>(workspace, 1));
+  checked_rows_.assign(static_cast<size_t>(max_rows_) + 1, 0);
+  for (int r : rows) checked_rows_[static_cast<size_t>(r)] = 1;
+}
+
+void CudaLenet::check_rows(int rows) {
+  if (rows < 0 || rows > max_rows_) {
+    throw std::invalid_argument("CudaLenet: " + std::to_string(rows) + " rows, capacity " + std::to_string(max_rows_));
+  }
+  if (rows == 0 || checked_rows_[static_cast<size_t>(rows)]) return;
+  set_batch_descriptors(rows);
+  cudnnHandle_t h = ctx_.cudnn();
+  size_t need[5] = {};
+  const cudnnStatus_t rc[5] = {
+      cudnnGetConvolutionForwardWorkspaceSize(h, x_desc_, w1_desc_, conv1_fwd_, a1_desc_, fwd1_, &need[0]),
+      cudnnGetConvolutionForwardWorkspaceSize(h, p1_desc_, w2_desc_, conv2_fwd_, a2_desc_, fwd2_, &need[1]),
+      cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_desc_, a1_desc_, conv1_bwf_, w1_desc_, bwf1_, &need[2]),
+      cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p1_desc_, a2_desc_, conv2_bwf_, w2_desc_, bwf2_, &need[3]),
+      cudnnGetConvolutionBackwardDataWorkspaceSize(h, w2_desc_, a2_desc_, conv2_bwd_, p1_desc_, bwd2_, &need[4])};
+  for (int i = 0; i < 5; ++i) {
+    if (rc[i] != CUDNN_STATUS_SUCCESS || need[i] > workspace_.bytes()) {
+      throw CudaError("cuDNN algorithms chosen at start-up on cuda:" + std::to_string(ctx_.device()) +
+                      " do not support " + std::to_string(rows) + " rows (" + algorithms_ + ")");
+    }
+  }
+  checked_rows_[static_cast<size_t>(rows)] = 1;
+}
+
+void CudaLenet::forward(int rows) {
+  DeviceGuard guard(ctx_.device());
+  check_rows(rows);
+  if (rows == 0) return;
+  set_batch_descriptors(rows);
+  cudnnHandle_t h = ctx_.cudnn();
+  const model::LenetView<float> p = model::view(params_.get());
+  void* ws = workspace_.get();
+  const size_t wsb = workspace_.bytes();
+  LENET_CUDNN_CHECK(cudnnConvolutionForward(h, &kOne, x_desc_, x_.get(), w1_desc_, p.conv1_w, conv1_fwd_, fwd1_, ws,
+                                            wsb, &kZero, a1_desc_, a1_.get()));
+  LENET_CUDNN_CHECK(cudnnAddTensor(h, &kOne, b1_desc_, p.conv1_b, &kOne, a1_desc_, a1_.get()));
+  LENET_CUDNN_CHECK(cudnnActivationForward(h, relu_desc_, &kOne, a1_desc_, a1_.get(), &kZero, a1_desc_, a1_.get()));
+  LENET_CUDNN_CHECK(cudnnPoolingForward(h, pool_desc_, &kOne, a1_desc_, a1_.get(), &kZero, p1_desc_, p1_.get()));
+  LENET_CUDNN_CHECK(cudnnConvolutionForward(h, &kOne, p1_desc_, p1_.get(), w2_desc_, p.conv2_w, conv2_fwd_, fwd2_, ws,
+                                            wsb, &kZero, a2_desc_, a2_.get()));
+  LENET_CUDNN_CHECK(cudnnAddTensor(h, &kOne, b2_desc_, p.conv2_b, &kOne, a2_desc_, a2_.get()));
+  LENET_CUDNN_CHECK(cudnnActivationForward(h, relu_desc_, &kOne, a2_desc_, a2_.get(), &kZero, a2_desc_, a2_.get()));
+  LENET_CUDNN_CHECK(cudnnPoolingForward(h, pool_desc_, &kOne, a2_desc_, a2_.get(), &kZero, p2_desc_, p2_.get()));
+  // Row-major [rows, in] x [out, in]^T seen column-major: h^T[out, rows] = W[out, in] * p2^T[in, rows], i.e.
+  // op(A) = A^T on the column-major [in, out] view of W.
+  cublasHandle_t b = ctx_.cublas();
+  LENET_CUBLAS_CHECK(cublasSgemm(b, CUBLAS_OP_T, CUBLAS_OP_N, kHidden, rows, kFlat, &kOne, p.fc1_w, kFlat, p2_.get(),
+                                 kFlat, &kZero, h_.get(), kHidden));
+  launch_bias_add_rows(h_.get(), p.fc1_b, rows, kHidden, ctx_.stream());
+  LENET_CUDNN_CHECK(cudnnActivationForward(h, relu_desc_, &kOne, h_desc_, h_.get(), &kZero, h_desc_, h_.get()));
+  LENET_CUBLAS_CHECK(cublasSgemm(b, CUBLAS_OP_T, CUBLAS_OP_N, kClasses, rows, kHidden, &kOne, p.fc2_w, kHidden,
+                                 h_.get(), kHidden, &kZero, logits_.get(), kClasses));
+  launch_bias_add_rows(logits_.get(), p.fc2_b, rows, kClasses, ctx_.stream());
+}
+
+void CudaLenet::loss(int rows, Slot slot) {
+  DeviceGuard guard(ctx_.device());
+  check_rows(rows);
+  if (rows == 0) return;
+  launch_softmax_xent(logits_.get(), labels_.get(), rows, kClasses, dlogits_.get(), row_loss_.get(),
+                      row_correct_.get(), ctx_.stream());
+  launch_accumulate_stats(row_loss_.get(), row_correct_.get(), rows, loss_sum_.get() + slot, correct_.get() + slot,
+                          ctx_.stream());
+}
+
+void CudaLenet::backward(int rows) {
+  DeviceGuard guard(ctx_.device());
+  check_rows(rows);
+  cudaStream_t s = ctx_.stream();
+  if (rows == 0) {
+    LENET_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), s));
+    return;
+  }
+  set_batch_descriptors(rows);
+  cudnnHandle_t h = ctx_.cudnn();
+  cublasHandle_t b = ctx_.cublas();
+  const model::LenetView<float> p = model::view(params_.get());
+  const model::LenetView<float> g = model::view(grads_.get());
+  void* ws = workspace_.get();
+  const size_t wsb = workspace_.bytes();
+
+  // fc2: dW[out, in] (column-major [in, out]) = h^T[in, rows] * dlogits[rows, out]; db = dlogits^T * 1;
+  // dh^T[in, rows] = W^T[in, out] * dlogits^T[out, rows].
+  LENET_CUBLAS_CHECK(cublasSgemm(b, CUBLAS_OP_N, CUBLAS_OP_T, kHidden, kClasses, rows, &kOne, h_.get(), kHidden,
+                                 dlogits_.get(), kClasses, &kZero, g.fc2_w, kHidden));
+  LENET_CUBLAS_CHECK(cublasSgemv(b, CUBLAS_OP_N, kClasses, rows, &kOne, dlogits_.get(), kClasses, ones_.get(), 1,
+                                 &kZero, g.fc2_b, 1));
+  LENET_CUBLAS_CHECK(cublasSgemm(b, CUBLAS_OP_N, CUBLAS_OP_N, kHidden, rows, kClasses, &kOne, p.fc2_w, kHidden,
+                                 dlogits_.get(), kClasses, &kZero, dh_.get(), kHidden));
+  // ReLU's input is positive exactly where its output is, so the output stands in for the input.
+  LENET_CUDNN_CHECK(cudnnActivationBackward(h, relu_desc_, &kOne, h_desc_, h_.get(), h_desc_, dh_.get(), h_desc_,
+                                            h_.get(), &kZero, h_desc_, dh_.get()));
+  LENET_CUBLAS_CHECK(cublasSgemm(b, CUBLAS_OP_N, CUBLAS_OP_T, kFlat, kHidden, rows, &kOne, p2_.get(), kFlat, dh_.get(),
+                                 kHidden, &kZero, g.fc1_w, kFlat));
+  LENET_CUBLAS_CHECK(cublasSgemv(b, CUBLAS_OP_N, kHidden, rows, &kOne, dh_.get(), kHidden, ones_.get(), 1, &kZero,
+                                 g.fc1_b, 1));
+  LENET_CUBLAS_CHECK(cublasSgemm(b, CUBLAS_OP_N, CUBLAS_OP_N, kFlat, rows, kHidden, &kOne, p.fc1_w, kFlat, dh_.get(),
+                                 kHidden, &kZero, dp2_.get(), kFlat));
+  // pool2 drops conv2's last row and column (9 -> 4); zero them explicitly rather than rely on cuDNN
+  // writing gradient elements that no window covers.
+  LENET_CUDA_CHECK(cudaMemsetAsync(da2_.get(), 0, size_t(rows) * kC2 * kS2 * kS2 * sizeof(float), s));
+  LENET_CUDNN_CHECK(cudnnPoolingBackward(h, pool_desc_, &kOne, p2_desc_, p2_.get(), p2_desc_, dp2_.get(), a2_desc_,
+                                         a2_.get(), &kZero, a2_desc_, da2_.get()));
+  LENET_CUDNN_CHECK(cudnnActivationBackward(h, relu_desc_, &kOne, a2_desc_, a2_.get(), a2_desc_, da2_.get(), a2_desc_,
+                                            a2_.get(), &kZero, a2_desc_, da2_.get()));
+  LENET_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, &kOne, a2_desc_, da2_.get(), &kZero, b2_desc_, g.conv2_b));
+  LENET_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &kOne, p1_desc_, p1_.get(), a2_desc_, da2_.get(), conv2_bwf_,
+                                                   bwf2_, ws, wsb, &kZero, w2_desc_, g.conv2_w));
+  LENET_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &kOne, w2_desc_, p.conv2_w, a2_desc_, da2_.get(), conv2_bwd_,
+                                                 bwd2_, ws, wsb, &kZero, p1_desc_, dp1_.get()));
+  LENET_CUDNN_CHECK(cudnnPoolingBackward(h, pool_desc_, &kOne, p1_desc_, p1_.get(), p1_desc_, dp1_.get(), a1_desc_,
+                                         a1_.get(), &kZero, a1_desc_, da1_.get()));
+  LENET_CUDNN_CHECK(cudnnActivationBackward(h, relu_desc_, &kOne, a1_desc_, a1_.get(), a1_desc_, da1_.get(), a1_desc_,
+                                            a1_.get(), &kZero, a1_desc_, da1_.get()));
+  LENET_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, &kOne, a1_desc_, da1_.get(), &kZero, b1_desc_, g.conv1_b));
+  LENET_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &kOne, x_desc_, x_.get(), a1_desc_, da1_.get(), conv1_bwf_,
+                                                   bwf1_, ws, wsb, &kZero, w1_desc_, g.conv1_w));
+}
+
+void CudaLenet::zero_stats(Slot slot) {
+  DeviceGuard guard(ctx_.device());
+  LENET_CUDA_CHECK(cudaMemsetAsync(loss_sum_.get() + slot, 0, sizeof(double), ctx_.stream()));
+  LENET_CUDA_CHECK(cudaMemsetAsync(correct_.get() + slot, 0, sizeof(unsigned long long), ctx_.stream()));
+}
+
+model::StepStats CudaLenet::read_stats(Slot slot) const {
+  DeviceGuard guard(ctx_.device());
+  LENET_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+  model::StepStats st;
+  st.loss_sum = loss_sum_.download(1, slot)[0];
+  st.correct = static_cast<int64_t>(correct_.download(1, slot)[0]);
+  return st;
+}
+
+HostActivations CudaLenet::download_activations(int rows) const {
+  DeviceGuard guard(ctx_.device());
+  LENET_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+  const size_t n = static_cast<size_t>(rows);
+  return {a1_.download(n * kC1 * kS1 * kS1), p1_.download(n * kC1 * kP1 * kP1), a2_.download(n * kC2 * kS2 * kS2),
+          p2_.download(n * kFlat),           h_.download(n * kHidden),          logits_.download(n * kClasses),
+          dlogits_.download(n * kClasses)};
+}
+
+}  // namespace lenet::cuda
