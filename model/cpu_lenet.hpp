@@ -23,6 +23,14 @@ class CpuLenet {
   // Forward and loss only; logits() holds the rows * 10 logits afterwards.
   StepStats forward(const T* params, const T* x, const int32_t* labels, int rows);
   const std::vector<T>& logits() const { return logits_; }
+  // Activations of the last forward (post-ReLU where the layer has one) and the loss gradient, for the
+  // layer-by-layer comparison with the CUDA backend.
+  const std::vector<T>& a1() const { return a1_; }
+  const std::vector<T>& p1() const { return p1_; }
+  const std::vector<T>& a2() const { return a2_; }
+  const std::vector<T>& p2() const { return p2_; }
+  const std::vector<T>& hidden() const { return h_; }
+  const std::vector<T>& dlogits() const { return dlogits_; }
 
  private:
   void run_forward(const LenetView<const T>& p, const T* x, int rows);

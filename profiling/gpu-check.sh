@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The project's GPU check: build, run every test with the GPU tests active, run the source text's
+# experiment in the CUDA naive mode (10 epochs, batch 256, lr 0.2, R = 1 and R = 2) and the CPU backend
+# beside it, and write a log, the metrics files and a summary into OUTDIR.
+#
+# Usage: profiling/gpu-check.sh OUTDIR
+# Works on any Linux machine with a GPU, the CUDA toolkit and CMake. On a host without network it takes
+# what it lacks from .gpu-bundle/ (../shared/gpu/make-bundle.sh, with LENET_BUNDLE_INCLUDES="CLI nlohmann"):
+# the data set, GoogleTest sources, cuDNN headers, CLI11 and nlohmann/json. cuDNN's library may come from
+# PyTorch's wheel (nvidia.cudnn). Every step has a time limit and a failure does not stop the others.
+# Environment: LENET_CHECK_BUDGET (seconds for everything, default 450), LENET_COMMIT (when the tree has
+# no .git), LENET_CHECK_EPOCHS (default 10), CUDNN_ROOT.
+set -uo pipefail
+out=${1:?usage: profiling/gpu-check.sh OUTDIR}
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root" || exit 1
+exec > >(tee "$out/log") 2>&1
+
+start_time=$(date +%s)
+budget=${LENET_CHECK_BUDGET:-450}
+epochs=${LENET_CHECK_EPOCHS:-10}
+bundle=$root/.gpu-bundle
+build=$root/build-gpu
+results=()
+
+remaining() { echo $((budget - ($(date +%s) - start_time))); }
+
+# step NAME LIMIT CMD...: runs CMD with at most LIMIT seconds (less if the budget is nearly spent).
+step() {
+  local name=$1 limit=$2 left rc t0
+  shift 2
+  left=$(remaining)
+  ((left < limit)) && limit=$left
+  if ((limit < 5)); then
+    echo "=== $name: skipped, time budget spent"
+    results+=("$name|skipped (budget)")
+    return 1
+  fi
+  echo "=== $name (limit ${limit}s): $*"
+  t0=$(date +%s)
+  timeout --kill-after=10 "$limit" "$@"
+  rc=$?
+  local status="ok"
+  ((rc == 124 || rc == 137)) && status="timed out"
+  ((rc != 0 && rc != 124 && rc != 137)) && status="failed (exit $rc)"
+  echo "=== $name: $status in $(($(date +%s) - t0))s"
+  results+=("$name|$status")
+  return $rc
+}
+
+echo "=== environment"
+commit=${LENET_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+echo "commit: $commit"
+date -u +"date: %Y-%m-%dT%H:%M:%SZ"
+uname -a
+nvidia-smi || echo "nvidia-smi: not available"
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
+nvcc --version | tail -n 2 || echo "nvcc: not found"
+cmake --version | head -n 1
+nproc
+
+# cuDNN: the toolkit's or the system's, else PyTorch's wheel.
+cmake_args=(-DCMAKE_BUILD_TYPE=Release)
+cudnn_root=${CUDNN_ROOT:-}
+cuda_dir=${CUDA_HOME:-/usr/local/cuda}
+if [[ -z $cudnn_root ]] && ! ls "$cuda_dir"/lib64/libcudnn.so* >/dev/null 2>&1 && ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so'; then
+  cudnn_root=$(python3 -c 'import nvidia.cudnn as m; print(m.__path__[0])' 2>/dev/null || true)
+fi
+if [[ -n $cudnn_root ]]; then
+  echo "cuDNN from $cudnn_root"
+  cmake_args+=("-DCUDNN_ROOT=$cudnn_root")
+  export LD_LIBRARY_PATH="$cudnn_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if [[ ! -f $cudnn_root/include/cudnn_version.h && ! -f $cuda_dir/include/cudnn_version.h && -d $bundle/cudnn/include ]]; then
+    cmake_args+=("-DCUDNN_INCLUDE_DIR=$bundle/cudnn/include")
+  fi
+fi
+[[ -d $bundle/googletest && ! -f /usr/lib/x86_64-linux-gnu/libgtest.a && ! -f /usr/lib/libgtest.a ]] &&
+  cmake_args+=("-DLENET_GTEST_SOURCE_DIR=$bundle/googletest")
+[[ -d $bundle/include ]] && cmake_args+=("-DLENET_EXTRA_INCLUDE_DIR=$bundle/include")
+command -v ninja >/dev/null && cmake_args+=(-G Ninja)
+# Build for the GPU that is here (CMake >= 3.24 understands "native"); CMAKE_CUDA_ARCHITECTURES wins.
+if [[ -n ${CMAKE_CUDA_ARCHITECTURES:-} ]]; then
+  cmake_args+=("-DCMAKE_CUDA_ARCHITECTURES=$CMAKE_CUDA_ARCHITECTURES")
+elif ((gpus > 0)); then
+  cmake_args+=(-DCMAKE_CUDA_ARCHITECTURES=native)
+fi
+
+# Data: raw IDX files in a scratch folder, so the check does not depend on zlib being there.
+data_src=${LENET_DATA_DIR:-}
+[[ -z $data_src && -d $bundle/fashion-mnist ]] && data_src=$bundle/fashion-mnist
+[[ -z $data_src ]] && data_src=/usr/share/datasets/fashion-mnist
+data=$build/fashion-mnist
+mkdir -p "$data"
+for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+  if [[ -f $data_src/$f ]]; then cp "$data_src/$f" "$data/$f"
+  elif [[ -f $data_src/$f.gz ]]; then gzip -dc "$data_src/$f.gz" >"$data/$f"
+  else echo "missing $data_src/$f(.gz)"; fi
+done
+export LENET_DATA_DIR=$data
+echo "data: $data (from $data_src)"
+
+train=$build/engine/lenet-train
+if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build" 300 cmake --build "$build" -j "$(nproc)"; then
+  step "version" 20 "$train" --version
+  step "tests" 300 ctest --test-dir "$build" --output-on-failure --timeout 240 --output-junit "$out/ctest.xml"
+  # The source text's experiment. Two replicas use two GPUs where there are two, else share one.
+  step "naive R=1" 200 "$train" --backend cuda --mode naive --num-gpus 1 --epochs "$epochs" --metrics "$out/naive-r1.jsonl"
+  if ((gpus >= 2)); then r2=(--num-gpus 2); else r2=(--num-gpus 1 --replicas 2); fi
+  step "naive R=2" 200 "$train" --backend cuda --mode naive "${r2[@]}" --epochs "$epochs" --metrics "$out/naive-r2.jsonl"
+  step "cpu R=1" 300 "$train" --backend cpu --epochs "$epochs" --metrics "$out/cpu-r1.jsonl"
+fi
+
+echo "=== summary"
+{
+  echo "# GPU check"
+  echo
+  echo "- commit: $commit"
+  echo "- GPU: ${gpu_name:-none} x ${gpus}, driver ${driver:-none}"
+  echo "- date: $(date -u +%Y-%m-%d)"
+  echo "- wall time: $(($(date +%s) - start_time)) s of a ${budget} s budget"
+  echo
+  echo "| step | result |"
+  echo "|---|---|"
+  for r in "${results[@]}"; do echo "| ${r%%|*} | ${r#*|} |"; done
+  echo
+  python3 - "$out" <<'PY' || echo "(no metrics summary: python3 failed)"
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+rows = []
+for f in sorted(out.glob("*.jsonl")):
+    lines = [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
+    if not lines:
+        continue
+    last = lines[-1]
+    mean = sum(l["epoch_seconds"] for l in lines) / len(lines)
+    rows.append((f.name, last["backend"], last["mode"], last["replicas"], ",".join(last["devices"]), len(lines),
+                 last["test_acc"], last["train_loss"], mean, sum(l["examples_per_second"] for l in lines) / len(lines)))
+if rows:
+    print("| run | backend | mode | replicas | devices | epochs | test acc | train loss | s/epoch | examples/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print("| %s | %s | %s | %d | %s | %d | %.4f | %.4f | %.3f | %.0f |" % r)
+PY
+} | tee "$out/summary.md"

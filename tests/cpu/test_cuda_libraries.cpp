@@ -1,0 +1,23 @@
+// The CUDA libraries this build links answer their version queries without a GPU, and the versions
+// match the headers the build used: a broken or mismatched CUDA installation fails here, not on a GPU.
+#include <gtest/gtest.h>
+
+#include <cudnn_version.h>
+
+#include <string>
+
+#include "engine/cuda_probe.hpp"
+
+TEST(CudaLibraries, LinkedVersionsMatchTheHeaders) {
+  const std::string v = lenet::engine::cuda_library_versions();
+  const std::string dnn = "cuDNN " + std::to_string(CUDNN_MAJOR) + "." + std::to_string(CUDNN_MINOR) + ".";
+  EXPECT_NE(v.find(dnn), std::string::npos) << v;
+  EXPECT_EQ(v.find("unknown"), std::string::npos) << v;
+}
+
+TEST(CudaLibraries, ProbeNeverThrowsAndClassifiesItsAnswer) {
+  const lenet::engine::CudaProbe p = lenet::engine::probe_cuda();
+  EXPECT_TRUE(p.ok() || p.status != 0) << p.describe();
+  EXPECT_EQ(p.devices > 0, p.status == 0) << p.describe();
+  EXPECT_FALSE(p.describe().empty());
+}

@@ -1,0 +1,36 @@
+// Shared by the GPU tests: skip only when no CUDA driver or device answers (cudaGetDeviceCount errors
+// 34, 35, 100), fail on any other CUDA error; relative error of two vectors.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "engine/cuda_probe.hpp"
+
+#define LENET_REQUIRE_GPU()                                                                 \
+  do {                                                                                     \
+    const ::lenet::engine::CudaProbe probe_ = ::lenet::engine::probe_cuda();               \
+    if (probe_.no_device()) GTEST_SKIP() << "no CUDA device: " << probe_.describe();       \
+    ASSERT_TRUE(probe_.ok()) << probe_.describe();                                         \
+  } while (0)
+
+namespace lenet::testing {
+
+// ||got - ref|| / ||ref|| in double; 0 when both are zero.
+inline double rel_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  EXPECT_EQ(got.size(), ref.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size() && i < ref.size(); ++i) {
+    const double d = double(got[i]) - double(ref[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+inline std::vector<float> slice(const std::vector<float>& v, size_t offset, size_t count) {
+  return std::vector<float>(v.begin() + long(offset), v.begin() + long(offset + count));
+}
+
+}  // namespace lenet::testing

@@ -1,0 +1,120 @@
+// One replica on the GPU (cuDNN, cuBLAS, our kernels) against the CPU backend, layer by layer: every
+// forward activation, the loss gradient, every parameter gradient, the loss sum and the correct count,
+// on random parameters and inputs, for a full, a partial and a one-row batch, and the zero-row case.
+//
+// Bound: both sides compute in float32 (cuDNN algorithms are chosen with FMA math, no TF32) and differ
+// only in summation order; sums of up to 20,736 terms (conv2's weight gradient at 256 rows) then
+// differ by about sqrt(n) * 2^-24 ~ 1e-5 relative at worst. 1e-4 leaves a margin of 10 while a wrong
+// layout, index or factor gives errors of order 1, and TF32 rounding (2^-11 per input) about 1e-3.
+#include <random>
+
+#include "gpu_test.hpp"
+#include "model/cpu_lenet.hpp"
+#include "model/cuda_lenet.hpp"
+
+namespace {
+
+using namespace lenet;
+using lenet::testing::rel_error;
+using lenet::testing::slice;
+constexpr double kBound = 1e-4;
+
+struct Case {
+  std::vector<float> params, x;
+  std::vector<int32_t> labels;
+};
+
+Case random_case(int rows, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> w(0.f, 0.1f);
+  std::uniform_real_distribution<float> px(0.f, 1.f);
+  std::uniform_int_distribution<int> label(0, model::kClasses - 1);
+  Case c;
+  c.params.resize(model::kNumParameters);
+  for (float& v : c.params) v = w(gen);
+  c.x.resize(size_t(rows) * model::kInPixels);
+  for (float& v : c.x) v = px(gen);
+  for (int i = 0; i < rows; ++i) c.labels.push_back(label(gen));
+  return c;
+}
+
+void compare_step(int rows, int capacity) {
+  const Case c = random_case(rows, 100u + unsigned(rows));
+  model::CpuLenet<float> cpu;
+  std::vector<float> cpu_grads(model::kNumParameters);
+  const model::StepStats cpu_stats = cpu.forward_backward(c.params.data(), c.x.data(), c.labels.data(), rows, cpu_grads.data());
+
+  cuda::DeviceContext ctx(0);
+  cuda::CudaLenet gpu(ctx, capacity, {rows});
+  gpu.zero_stats(cuda::CudaLenet::kTrainStats);
+  LENET_CUDA_CHECK(cudaMemcpy(gpu.params(), c.params.data(), c.params.size() * sizeof(float), cudaMemcpyHostToDevice));
+  LENET_CUDA_CHECK(cudaMemcpy(gpu.x(), c.x.data(), c.x.size() * sizeof(float), cudaMemcpyHostToDevice));
+  LENET_CUDA_CHECK(cudaMemcpy(gpu.labels(), c.labels.data(), c.labels.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  gpu.forward(rows);
+  gpu.loss(rows);
+  gpu.backward(rows);
+  const cuda::HostActivations act = gpu.download_activations(rows);
+  EXPECT_LT(rel_error(act.a1, cpu.a1()), kBound) << "conv1 + ReLU, rows " << rows;
+  EXPECT_LT(rel_error(act.p1, cpu.p1()), kBound) << "pool1, rows " << rows;
+  EXPECT_LT(rel_error(act.a2, cpu.a2()), kBound) << "conv2 + ReLU, rows " << rows;
+  EXPECT_LT(rel_error(act.p2, cpu.p2()), kBound) << "pool2, rows " << rows;
+  EXPECT_LT(rel_error(act.h, cpu.hidden()), kBound) << "fc1 + ReLU, rows " << rows;
+  EXPECT_LT(rel_error(act.logits, cpu.logits()), kBound) << "fc2, rows " << rows;
+  EXPECT_LT(rel_error(act.dlogits, cpu.dlogits()), kBound) << "softmax cross-entropy gradient, rows " << rows;
+  const std::vector<float> gpu_grads = gpu.grad_buffer().download();
+  for (const model::TensorSpec& t : model::tensor_specs())
+    EXPECT_LT(rel_error(slice(gpu_grads, t.offset, t.size), slice(cpu_grads, t.offset, t.size)), kBound)
+        << "gradient of " << t.name << ", rows " << rows;
+  const model::StepStats st = gpu.read_stats(cuda::CudaLenet::kTrainStats);
+  EXPECT_NEAR(st.loss_sum, cpu_stats.loss_sum, kBound * std::fabs(cpu_stats.loss_sum));
+  EXPECT_EQ(st.correct, cpu_stats.correct);
+}
+
+TEST(CudaLayers, FullBatchMatchesCpu) {
+  LENET_REQUIRE_GPU();
+  compare_step(256, 256);
+}
+
+TEST(CudaLayers, PartialBatchInALargerBufferMatchesCpu) {
+  LENET_REQUIRE_GPU();
+  compare_step(96, 256);  // the last minibatch of an epoch, in buffers sized for 256
+  compare_step(7, 64);
+}
+
+TEST(CudaLayers, OneRowMatchesCpu) {
+  LENET_REQUIRE_GPU();
+  compare_step(1, 1);
+}
+
+TEST(CudaLayers, ZeroRowsGiveZeroGradient) {
+  LENET_REQUIRE_GPU();
+  cuda::DeviceContext ctx(0);
+  cuda::CudaLenet gpu(ctx, 8, {8, 0});
+  const std::vector<float> ones(model::kNumParameters, 1.0f);
+  LENET_CUDA_CHECK(cudaMemcpy(gpu.grads(), ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice));
+  gpu.zero_stats(cuda::CudaLenet::kTrainStats);
+  gpu.forward(0);
+  gpu.loss(0);
+  gpu.backward(0);
+  for (float g : gpu.grad_buffer().download()) ASSERT_EQ(g, 0.0f);
+  EXPECT_EQ(gpu.read_stats(cuda::CudaLenet::kTrainStats).loss_sum, 0.0);
+}
+
+TEST(CudaLayers, RowsBeyondCapacityAreRejected) {
+  LENET_REQUIRE_GPU();
+  cuda::DeviceContext ctx(0);
+  cuda::CudaLenet gpu(ctx, 8, {8});
+  EXPECT_THROW(gpu.forward(9), std::invalid_argument);
+}
+
+TEST(CudaLayers, AlgorithmsAreDeterministicFp32) {
+  LENET_REQUIRE_GPU();
+  cuda::DeviceContext ctx(0);
+  cuda::CudaLenet gpu(ctx, 256, {256, 96});
+  const std::string& a = gpu.algorithms();
+  EXPECT_NE(a.find("conv2 backward data"), std::string::npos) << a;
+  EXPECT_EQ(a.find("tensor"), std::string::npos) << a;
+  std::cout << "chosen: " << a << std::endl;
+}
+
+}  // namespace
