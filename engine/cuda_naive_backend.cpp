@@ -171,7 +171,6 @@ model::StepStats CudaNaiveBackend::take_train_stats() {
 }
 
 int64_t CudaNaiveBackend::count_correct(const io::Split& data, int batch_size) {
-  profiling::Range range("eval");
   cuda::CudaLenet& rep = *replicas_[0];
   std::vector<uint32_t> idx(static_cast<size_t>(batch_size));
   for (size_t first = 0; first < data.size(); first += static_cast<size_t>(batch_size)) {

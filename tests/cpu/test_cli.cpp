@@ -2,65 +2,22 @@
 // prints the source text's final line and writes a metrics file with exactly the documented fields.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "cli_runner.hpp"
+#include "engine/cuda_probe.hpp"
+
 namespace {
 
+using lenet::testing::Cli;
+using lenet::testing::Result;
 namespace fs = std::filesystem;
-
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-class Cli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("lenet-cli-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  Result run(const std::string& args) {
-    const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_TRAIN_EXE "' " + args + " >'" +
-                            (dir_ / "out").string() + "' 2>'" + (dir_ / "err").string() + "' </dev/null";
-    const int raw = std::system(cmd.c_str());
-    Result r;
-    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    r.out = slurp(dir_ / "out");
-    r.err = slurp(dir_ / "err");
-    return r;
-  }
-
-  // A usage error: status 2 and one line on stderr that contains `needle`.
-  void expect_usage_error(const std::string& args, const std::string& needle) {
-    const Result r = run(args);
-    EXPECT_EQ(r.status, 2) << args << "\n" << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << args << " said: " << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << " said: " << r.err;
-    EXPECT_TRUE(r.out.empty()) << r.out;
-  }
-
-  fs::path dir_;
-};
 
 TEST_F(Cli, UsageErrorsExit2WithOneLine) {
   expect_usage_error("--no-such-flag", "--no-such-flag");
@@ -78,8 +35,12 @@ TEST_F(Cli, UsageErrorsExit2WithOneLine) {
   expect_usage_error("--train-limit 0", "--train-limit");
   expect_usage_error("--backend tpu", "--backend");
   expect_usage_error("--mode fast", "--mode");
-  // Until the CUDA backend exists it says so; without a device it says that instead.
-  expect_usage_error("--backend cuda", "--backend cuda");
+}
+
+TEST_F(Cli, BackendCudaWithoutDeviceIsAUsageError) {
+  const lenet::engine::CudaProbe probe = lenet::engine::probe_cuda();
+  if (!probe.no_device()) GTEST_SKIP() << "a CUDA device answers: " << probe.describe();
+  expect_usage_error("--backend cuda", "--backend cuda: no CUDA device answers");
 }
 
 TEST_F(Cli, HelpAndVersionExit0) {

@@ -1,0 +1,63 @@
+// Runs lenet-train as a user does, in a scratch folder, and captures its exit status, stdout and stderr.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace lenet::testing {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("lenet-cli-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Result run(const std::string& args) {
+    const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_TRAIN_EXE "' " + args + " >'" +
+                            (dir_ / "out").string() + "' 2>'" + (dir_ / "err").string() + "' </dev/null";
+    const int raw = std::system(cmd.c_str());
+    Result r;
+    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    r.out = slurp(dir_ / "out");
+    r.err = slurp(dir_ / "err");
+    return r;
+  }
+
+  // A usage error: status 2 and one line on stderr that contains `needle`.
+  void expect_usage_error(const std::string& args, const std::string& needle) {
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << args << " said: " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << " said: " << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+
+  fs::path dir_;
+};
+
+}  // namespace lenet::testing
