@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/dataset.hpp"
@@ -36,6 +37,8 @@ class Backend {
   virtual int64_t count_correct(const io::Split& data, int batch_size) = 0;
   // Replica r's parameters, in the flat layout of model/lenet.hpp.
   virtual std::vector<float> parameters(int replica) const = 0;
+  // Mode-specific numbers added to every metrics record (e.g. graph instantiations).
+  virtual std::vector<std::pair<std::string, double>> counters() const { return {}; }
 };
 
 }  // namespace lenet::engine

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "engine/cpu_backend.hpp"
+#include "engine/cuda_graph_backend.hpp"
 #include "engine/cuda_naive_backend.hpp"
 #include "engine/cuda_probe.hpp"
 #include "model/gemm.hpp"
@@ -67,19 +68,26 @@ std::unique_ptr<Backend> make_cuda_backend(const CliOptions& o, const CudaProbe&
                      (visible == 1 ? " is" : "s are") + " visible; use --replicas " + std::to_string(num_gpus) +
                      " to place several replicas on the visible GPUs");
   }
-  if (o.mode == "graph") {
-    if (o.mode_given) throw UsageError("--mode graph: not implemented yet in this version; use --mode naive");
-    if (!o.train.quiet) notice << kProgram << ": graph mode is not implemented yet; running --mode naive" << std::endl;
-  }
   CudaPlacement placement;
   placement.num_gpus = num_gpus;
   placement.replicas = o.replicas.value_or(num_gpus);
   check_replicas(placement.replicas, o.train.batch_size);
   placement.train_batch_rows = batch_sizes(data.train.size(), o.train.batch_size);
   placement.eval_batch_rows = batch_sizes(data.test.size(), o.train.batch_size);
-  auto backend = std::make_unique<CudaNaiveBackend>(placement, model::init_parameters<float>(o.train.seed));
+  const std::vector<float> start = model::init_parameters<float>(o.train.seed);
+  std::vector<std::string> report;
+  std::unique_ptr<Backend> backend;
+  if (o.mode == "naive") {
+    auto naive = std::make_unique<CudaNaiveBackend>(placement, start);
+    report = naive->algorithm_report();
+    backend = std::move(naive);
+  } else {
+    auto graph = std::make_unique<CudaGraphBackend>(placement, start);
+    report = graph->algorithm_report();
+    backend = std::move(graph);
+  }
   if (!o.train.quiet)
-    for (const std::string& line : backend->algorithm_report()) notice << kProgram << ": " << line << std::endl;
+    for (const std::string& line : report) notice << kProgram << ": " << line << std::endl;
   return backend;
 }
 
@@ -121,7 +129,6 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
     throw UsageError(std::string(e.what()) + " (see --help)");
   }
   if (app.count("--num-gpus")) o.num_gpus = num_gpus;
-  o.mode_given = app.count("--mode") > 0;
   if (app.count("--replicas")) o.replicas = replicas;
   if (app.count("--train-limit") && train_limit < 1) throw UsageError("--train-limit " + std::to_string(train_limit) + ": must be at least 1");
   if (app.count("--test-limit") && test_limit < 1) throw UsageError("--test-limit " + std::to_string(test_limit) + ": must be at least 1");

@@ -15,7 +15,6 @@ struct CliOptions {
   std::optional<int> replicas;
   std::string backend = "auto";  // auto | cuda | cpu
   std::string mode = "graph";     // naive | graph (CUDA only)
-  bool mode_given = false;
   std::string data_dir;
   size_t train_limit = 0;  // 0: all
   size_t test_limit = 0;

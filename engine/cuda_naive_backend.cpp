@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/cuda_ring.hpp"
 #include "engine/ring.hpp"
 #include "model/cuda_kernels.hpp"
 #include "profiling/nvtx.hpp"
@@ -24,23 +25,6 @@ void copy_between(float* dst, int dst_device, const float* src, int src_device, 
   }
 }
 
-void enable_peer_access(int num_gpus) {
-  for (int i = 0; i < num_gpus; ++i)
-    for (int j = 0; j < num_gpus; ++j) {
-      if (i == j) continue;
-      int can = 0;
-      LENET_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, i, j));
-      if (!can) continue;  // copies between them then go through the host, still correct
-      DeviceGuard guard(i);
-      const cudaError_t rc = cudaDeviceEnablePeerAccess(j, 0);
-      if (rc == cudaErrorPeerAccessAlreadyEnabled) {
-        cudaGetLastError();
-      } else {
-        LENET_CUDA_CHECK(rc);
-      }
-    }
-}
-
 }  // namespace
 
 CudaNaiveBackend::CudaNaiveBackend(const CudaPlacement& placement, const std::vector<float>& initial_parameters) {
@@ -51,14 +35,13 @@ CudaNaiveBackend::CudaNaiveBackend(const CudaPlacement& placement, const std::ve
   for (int g = 0; g < n_gpus; ++g) contexts_.push_back(std::make_unique<cuda::DeviceContext>(g));
   enable_peer_access(n_gpus);
 
-  const int largest = *std::max_element(placement.train_batch_rows.begin(), placement.train_batch_rows.end());
   const int largest_eval = placement.eval_batch_rows.empty()
                                ? 0
                                : *std::max_element(placement.eval_batch_rows.begin(), placement.eval_batch_rows.end());
   for (int r = 0; r < n_rep; ++r) {
     std::vector<int> rows;
     for (int b : placement.train_batch_rows) rows.push_back(split_rows(b, n_rep)[static_cast<size_t>(r)].rows);
-    int capacity = std::max(1, split_rows(largest, n_rep)[static_cast<size_t>(r)].rows);
+    int capacity = std::max(1, largest_share(placement.train_batch_rows, n_rep, r));
     if (r == 0) {  // evaluation runs on replica 0, as in the source text
       rows.insert(rows.end(), placement.eval_batch_rows.begin(), placement.eval_batch_rows.end());
       capacity = std::max(capacity, largest_eval);
@@ -86,9 +69,7 @@ std::vector<std::string> CudaNaiveBackend::devices() const {
 
 std::vector<std::string> CudaNaiveBackend::algorithm_report() const {
   std::vector<std::string> out;
-  for (size_t r = 0; r < replicas_.size(); ++r)
-    out.push_back("replica " + std::to_string(r) + " on cuda:" + std::to_string(replicas_[r]->device()) +
-                  ": cuDNN algorithms " + replicas_[r]->algorithms());
+  for (size_t r = 0; r < replicas_.size(); ++r) out.push_back(describe_replica(r, *replicas_[r]));
   return out;
 }
 

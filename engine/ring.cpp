@@ -18,6 +18,12 @@ std::vector<RowRange> split_rows(int batch_rows, int replicas) {
   return out;
 }
 
+int largest_share(const std::vector<int>& batch_sizes, int replicas, int replica) {
+  int most = 0;
+  for (int b : batch_sizes) most = std::max(most, split_rows(b, replicas).at(static_cast<size_t>(replica)).rows);
+  return most;
+}
+
 RingSchedule::RingSchedule(int replicas, size_t length) : replicas_(replicas), length_(length) {
   if (replicas < 1) throw std::invalid_argument("RingSchedule: replicas " + std::to_string(replicas));
   const size_t r = static_cast<size_t>(replicas);

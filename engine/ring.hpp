@@ -16,6 +16,11 @@ struct RowRange {
 // replica takes what is left, and replicas past the end get zero rows (e.g. B = 5, R = 4: 2, 2, 1, 0).
 std::vector<RowRange> split_rows(int batch_rows, int replicas);
 
+// The most rows replica `replica` gets over minibatches of the given sizes. Not always its share of the
+// largest one: a later replica can get more of a smaller, partial minibatch (B = 26, R = 6: 5,5,5,5,5,1;
+// B = 18: 3 each), so buffers sized from the full minibatch alone would be too small.
+int largest_share(const std::vector<int>& batch_sizes, int replicas, int replica);
+
 struct ChunkRange {
   size_t offset = 0;
   size_t size = 0;

@@ -75,7 +75,7 @@ std::string final_line(double test_acc, double seconds_per_epoch, const std::vec
 }
 
 nlohmann::json epoch_record(const EpochMetrics& m, const Backend& backend, const TrainOptions& options) {
-  return {{"epoch", m.epoch},
+  nlohmann::json record = {{"epoch", m.epoch},
           {"epochs", options.epochs},
           {"train_loss", m.train_loss},
           {"train_acc", m.train_acc},
@@ -89,6 +89,8 @@ nlohmann::json epoch_record(const EpochMetrics& m, const Backend& backend, const
           {"batch_size", options.batch_size},
           {"lr", options.lr},
           {"seed", options.seed}};
+  for (const auto& [name, value] : backend.counters()) record[name] = value;
+  return record;
 }
 
 TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOptions& options, std::ostream& progress,

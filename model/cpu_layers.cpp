@@ -155,12 +155,18 @@ void linear_backward(int n, int in, int out, const T* x, const T* w, const T* dy
 }
 
 template <typename T>
-T softmax_xent(int n, int classes, const T* logits, const int32_t* labels, T* dlogits, int64_t* correct) {
+T softmax_xent(int n, int classes, const T* logits, const int32_t* labels, T* dlogits, int64_t* correct,
+               int valid) {
   T loss = T(0);
   int64_t hits = 0;
+  if (valid < 0) valid = n;
   for (int i = 0; i < n; ++i) {
     const T* z = logits + static_cast<size_t>(i) * classes;
     T* dz = dlogits + static_cast<size_t>(i) * classes;
+    if (i >= valid) {
+      std::fill(dz, dz + classes, T(0));
+      continue;
+    }
     int best = 0;
     for (int c = 1; c < classes; ++c)
       if (z[c] > z[best]) best = c;
@@ -190,7 +196,7 @@ T softmax_xent(int n, int classes, const T* logits, const int32_t* labels, T* dl
   template void relu_backward<T>(long long, const T*, const T*, T*);                                           \
   template void linear_forward<T>(int, int, int, const T*, const T*, const T*, T*);                            \
   template void linear_backward<T>(int, int, int, const T*, const T*, const T*, T*, T*, T*);                   \
-  template T softmax_xent<T>(int, int, const T*, const int32_t*, T*, int64_t*);
+  template T softmax_xent<T>(int, int, const T*, const int32_t*, T*, int64_t*, int);
 LENET_INSTANTIATE_LAYERS(float)
 LENET_INSTANTIATE_LAYERS(double)
 #undef LENET_INSTANTIATE_LAYERS

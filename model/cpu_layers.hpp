@@ -47,8 +47,11 @@ template <typename T>
 void linear_backward(int n, int in, int out, const T* x, const T* w, const T* dy, T* dw, T* db, T* dx);
 
 // Softmax cross-entropy summed over the n rows; dlogits = softmax - onehot (the gradient of the sum).
-// Returns the loss sum; `correct` counts rows whose first maximal logit is the label.
+// Returns the loss sum; `correct` counts rows whose first maximal logit is the label. Rows at or past
+// `valid` (default: all valid) are masked: zero gradient, no loss, not counted, as the CUDA graph mode
+// masks the rows a partial minibatch leaves in buffers sized for a full one.
 template <typename T>
-T softmax_xent(int n, int classes, const T* logits, const int32_t* labels, T* dlogits, int64_t* correct);
+T softmax_xent(int n, int classes, const T* logits, const int32_t* labels, T* dlogits, int64_t* correct,
+               int valid = -1);
 
 }  // namespace lenet::model

@@ -37,22 +37,23 @@ void CpuLenet<T>::run_forward(const LenetView<const T>& p, const T* x, int rows)
 }
 
 template <typename T>
-StepStats CpuLenet<T>::forward(const T* params, const T* x, const int32_t* labels, int rows) {
+StepStats CpuLenet<T>::forward(const T* params, const T* x, const int32_t* labels, int rows, int valid_rows) {
   StepStats st;
   if (rows == 0) return st;
   run_forward(const_view(params), x, rows);
   dlogits_.resize(logits_.size());
-  st.loss_sum = static_cast<double>(softmax_xent(rows, kClasses, logits_.data(), labels, dlogits_.data(), &st.correct));
+  st.loss_sum = static_cast<double>(softmax_xent(rows, kClasses, logits_.data(), labels, dlogits_.data(), &st.correct, valid_rows));
   return st;
 }
 
 template <typename T>
-StepStats CpuLenet<T>::forward_backward(const T* params, const T* x, const int32_t* labels, int rows, T* grads) {
+StepStats CpuLenet<T>::forward_backward(const T* params, const T* x, const int32_t* labels, int rows, T* grads,
+                                        int valid_rows) {
   if (rows == 0) {
     std::fill(grads, grads + kNumParameters, T(0));
     return {};
   }
-  const StepStats st = forward(params, x, labels, rows);
+  const StepStats st = forward(params, x, labels, rows, valid_rows);
   const LenetView<const T> p = const_view(params);
   const LenetView<T> g = view(grads);
   const size_t n = static_cast<size_t>(rows);

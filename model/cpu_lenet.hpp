@@ -18,10 +18,12 @@ template <typename T>
 class CpuLenet {
  public:
   // Gradient of the summed loss over `rows` examples (x: rows * 784 floats in [0, 1]) written into
-  // `grads` (kNumParameters, overwritten). rows may be 0: the gradient is then zero.
-  StepStats forward_backward(const T* params, const T* x, const int32_t* labels, int rows, T* grads);
+  // `grads` (kNumParameters, overwritten). rows may be 0: the gradient is then zero. Rows at or past
+  // `valid_rows` (default: all) are computed but masked out of loss and gradient (softmax_xent).
+  StepStats forward_backward(const T* params, const T* x, const int32_t* labels, int rows, T* grads,
+                             int valid_rows = -1);
   // Forward and loss only; logits() holds the rows * 10 logits afterwards.
-  StepStats forward(const T* params, const T* x, const int32_t* labels, int rows);
+  StepStats forward(const T* params, const T* x, const int32_t* labels, int rows, int valid_rows = -1);
   const std::vector<T>& logits() const { return logits_; }
   // Activations of the last forward (post-ReLU where the layer has one) and the loss gradient, for the
   // layer-by-layer comparison with the CUDA backend.

@@ -2,7 +2,7 @@
 
 #include <cfloat>
 
-#include "model/cuda_check.hpp"
+#include "graphs/cuda_check.hpp"
 
 namespace lenet::cuda {
 namespace {
@@ -21,11 +21,17 @@ __global__ void bias_add_rows_kernel(float* y, const float* b, int rows, int col
 }
 
 __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, int rows, int classes,
-                                    float* dlogits, float* row_loss, int32_t* row_correct) {
+                                    float* dlogits, float* row_loss, int32_t* row_correct, const int32_t* valid_rows) {
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   const float* z = logits + static_cast<size_t>(r) * classes;
   float* dz = dlogits + static_cast<size_t>(r) * classes;
+  if (valid_rows != nullptr && r >= *valid_rows) {
+    for (int c = 0; c < classes; ++c) dz[c] = 0.f;
+    row_loss[r] = 0.f;
+    row_correct[r] = 0;
+    return;
+  }
   int best = 0;
   for (int c = 1; c < classes; ++c)
     if (z[c] > z[best]) best = c;
@@ -40,6 +46,17 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
   dz[label] -= 1.f;
   row_loss[r] = logf(sum) - (z[label] - zmax);
   row_correct[r] = best == label ? 1 : 0;
+}
+
+__global__ void count_correct_kernel(const float* logits, const int32_t* labels, int rows, int classes,
+                                     int32_t* row_correct) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const float* z = logits + static_cast<size_t>(r) * classes;
+  int best = 0;
+  for (int c = 1; c < classes; ++c)
+    if (z[c] > z[best]) best = c;
+  row_correct[r] = best == labels[r] ? 1 : 0;
 }
 
 __global__ void accumulate_stats_kernel(const float* row_loss, const int32_t* row_correct, int rows,
@@ -73,6 +90,12 @@ __global__ void sgd_update_kernel(float* w, const float* g, size_t n, float scal
     w[i] -= scale * g[i];
 }
 
+__global__ void sgd_update_device_scale_kernel(float* w, const float* g, size_t n, const float* scale) {
+  const float sc = *scale;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    w[i] -= sc * g[i];
+}
+
 __global__ void add_into_kernel(float* dst, const float* src, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     dst[i] += src[i];
@@ -87,11 +110,18 @@ void launch_bias_add_rows(float* y, const float* b, int rows, int cols, cudaStre
 }
 
 void launch_softmax_xent(const float* logits, const int32_t* labels, int rows, int classes, float* dlogits,
-                         float* row_loss, int32_t* row_correct, cudaStream_t s) {
+                         float* row_loss, int32_t* row_correct, const int32_t* valid_rows, cudaStream_t s) {
   if (rows == 0) return;
   softmax_xent_kernel<<<blocks_for(size_t(rows)), kThreads, 0, s>>>(logits, labels, rows, classes, dlogits, row_loss,
-                                                                    row_correct);
+                                                                    row_correct, valid_rows);
   LENET_CHECK_LAUNCH("softmax_xent_kernel");
+}
+
+void launch_count_correct(const float* logits, const int32_t* labels, int rows, int classes, int32_t* row_correct,
+                          cudaStream_t s) {
+  if (rows == 0) return;
+  count_correct_kernel<<<blocks_for(size_t(rows)), kThreads, 0, s>>>(logits, labels, rows, classes, row_correct);
+  LENET_CHECK_LAUNCH("count_correct_kernel");
 }
 
 void launch_accumulate_stats(const float* row_loss, const int32_t* row_correct, int rows, double* loss_sum,
@@ -105,6 +135,12 @@ void launch_sgd_update(float* w, const float* g, size_t n, float scale, cudaStre
   if (n == 0) return;
   sgd_update_kernel<<<blocks_for(n), kThreads, 0, s>>>(w, g, n, scale);
   LENET_CHECK_LAUNCH("sgd_update_kernel");
+}
+
+void launch_sgd_update(float* w, const float* g, size_t n, const float* scale, cudaStream_t s) {
+  if (n == 0) return;
+  sgd_update_device_scale_kernel<<<blocks_for(n), kThreads, 0, s>>>(w, g, n, scale);
+  LENET_CHECK_LAUNCH("sgd_update_device_scale_kernel");
 }
 
 void launch_add_into(float* dst, const float* src, size_t n, cudaStream_t s) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <utility>
 
 #include "model/cuda_kernels.hpp"
 
@@ -35,17 +36,17 @@ struct Candidate {
   cudnnMathType_t math;
 };
 
-// Deterministic algorithms that compute in full fp32: FMA math first, then the default math type
-// (tensor-op math types would round inputs to TF32 or lower).
+// Deterministic algorithms restricted to FMA instructions: full fp32. CUDNN_DEFAULT_MATH permits TF32
+// tensor cores from A100 on (cuDNN's cudnnMathType_t documentation), which would round every input to
+// 10 mantissa bits and break the comparison with the CPU backend.
 template <typename Perf>
 std::vector<Candidate> fp32_deterministic(const Perf* perf, int count) {
-  std::vector<Candidate> fma, plain;
+  std::vector<Candidate> fma;
   for (int i = 0; i < count; ++i) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC) continue;
-    if (perf[i].mathType == CUDNN_FMA_MATH) fma.push_back({static_cast<int>(perf[i].algo), perf[i].mathType});
-    if (perf[i].mathType == CUDNN_DEFAULT_MATH) plain.push_back({static_cast<int>(perf[i].algo), perf[i].mathType});
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
+        perf[i].mathType == CUDNN_FMA_MATH)
+      fma.push_back({static_cast<int>(perf[i].algo), perf[i].mathType});
   }
-  fma.insert(fma.end(), plain.begin(), plain.end());
   return fma;
 }
 
@@ -53,19 +54,26 @@ std::vector<Candidate> fp32_deterministic(const Perf* perf, int count) {
 
 DeviceContext::DeviceContext(int device) : device_(device) {
   DeviceGuard guard(device);
-  LENET_CUDNN_CHECK(cudnnCreate(&cudnn_));
-  LENET_CUBLAS_CHECK(cublasCreate(&cublas_));
-  LENET_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
-  cublas_workspace_ = DeviceBuffer<char>(device, kCublasWorkspaceBytes);
-  bind(nullptr);
+  try {
+    LENET_CUDNN_CHECK(cudnnCreate(&cudnn_));
+    LENET_CUBLAS_CHECK(cublasCreate(&cublas_));
+    LENET_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+    cublas_workspace_ = DeviceBuffer<char>(device, kCublasWorkspaceBytes);
+    bind(nullptr);
+  } catch (...) {
+    release();
+    throw;
+  }
 }
 
-DeviceContext::~DeviceContext() {
+DeviceContext::~DeviceContext() { release(); }
+
+void DeviceContext::release() noexcept {
   int previous = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(device_);
-  if (cublas_ != nullptr) cublasDestroy(cublas_);
-  if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
+  if (cublas_ != nullptr) cublasDestroy(std::exchange(cublas_, nullptr));
+  if (cudnn_ != nullptr) cudnnDestroy(std::exchange(cudnn_, nullptr));
   cudaSetDevice(previous);
 }
 
@@ -106,6 +114,16 @@ CudaLenet::CudaLenet(DeviceContext& ctx, int max_rows, const std::vector<int>& r
   ones_.upload(std::vector<float>(n, 1.0f).data(), n);  // the bias gradients are GEMVs with a ones vector
 
   DeviceGuard guard(dev);
+  try {
+    create_descriptors();
+    choose_algorithms(row_counts);
+  } catch (...) {  // the destructor does not run for a constructor that throws
+    destroy_descriptors();
+    throw;
+  }
+}
+
+void CudaLenet::create_descriptors() {
   for (cudnnTensorDescriptor_t* d : {&x_desc_, &a1_desc_, &p1_desc_, &a2_desc_, &p2_desc_, &h_desc_, &b1_desc_, &b2_desc_})
     LENET_CUDNN_CHECK(cudnnCreateTensorDescriptor(d));
   LENET_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w1_desc_));
@@ -125,21 +143,22 @@ CudaLenet::CudaLenet(DeviceContext& ctx, int max_rows, const std::vector<int>& r
   LENET_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w2_desc_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, kC2, kC1, kK2, kK2));
   set4d(b1_desc_, 1, kC1, 1, 1);
   set4d(b2_desc_, 1, kC2, 1, 1);
-  choose_algorithms(row_counts);
 }
 
-CudaLenet::~CudaLenet() {
+CudaLenet::~CudaLenet() { destroy_descriptors(); }
+
+void CudaLenet::destroy_descriptors() noexcept {
   int previous = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(ctx_.device());
-  for (cudnnTensorDescriptor_t d : {x_desc_, a1_desc_, p1_desc_, a2_desc_, p2_desc_, h_desc_, b1_desc_, b2_desc_})
-    if (d != nullptr) cudnnDestroyTensorDescriptor(d);
-  if (w1_desc_ != nullptr) cudnnDestroyFilterDescriptor(w1_desc_);
-  if (w2_desc_ != nullptr) cudnnDestroyFilterDescriptor(w2_desc_);
-  for (cudnnConvolutionDescriptor_t d : {conv1_fwd_, conv1_bwf_, conv2_fwd_, conv2_bwf_, conv2_bwd_})
-    if (d != nullptr) cudnnDestroyConvolutionDescriptor(d);
-  if (pool_desc_ != nullptr) cudnnDestroyPoolingDescriptor(pool_desc_);
-  if (relu_desc_ != nullptr) cudnnDestroyActivationDescriptor(relu_desc_);
+  for (cudnnTensorDescriptor_t* d : {&x_desc_, &a1_desc_, &p1_desc_, &a2_desc_, &p2_desc_, &h_desc_, &b1_desc_, &b2_desc_})
+    if (*d != nullptr) cudnnDestroyTensorDescriptor(std::exchange(*d, nullptr));
+  for (cudnnFilterDescriptor_t* d : {&w1_desc_, &w2_desc_})
+    if (*d != nullptr) cudnnDestroyFilterDescriptor(std::exchange(*d, nullptr));
+  for (cudnnConvolutionDescriptor_t* d : {&conv1_fwd_, &conv1_bwf_, &conv2_fwd_, &conv2_bwf_, &conv2_bwd_})
+    if (*d != nullptr) cudnnDestroyConvolutionDescriptor(std::exchange(*d, nullptr));
+  if (pool_desc_ != nullptr) cudnnDestroyPoolingDescriptor(std::exchange(pool_desc_, nullptr));
+  if (relu_desc_ != nullptr) cudnnDestroyActivationDescriptor(std::exchange(relu_desc_, nullptr));
   cudaSetDevice(previous);
 }
 
@@ -156,8 +175,13 @@ void CudaLenet::set_batch_descriptors(int rows) {
 
 void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
   std::vector<int> rows;
-  for (int r : row_counts)
-    if (r > 0 && r <= max_rows_) rows.push_back(r);
+  for (int r : row_counts) {
+    if (r > max_rows_) {
+      throw std::invalid_argument("CudaLenet: row count " + std::to_string(r) + " above the capacity " +
+                                  std::to_string(max_rows_));
+    }
+    if (r > 0) rows.push_back(r);
+  }
   rows.push_back(max_rows_);
   cudnnHandle_t h = ctx_.cudnn();
   size_t workspace = 0;
@@ -180,8 +204,7 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
       }
       if (!ok) continue;
       workspace = std::max(workspace, need);
-      algorithms_ += std::string(algorithms_.empty() ? "" : ", ") + what + " " + std::to_string(c.algo) +
-                     (c.math == CUDNN_FMA_MATH ? " (fma)" : " (default math)");
+      algorithms_ += std::string(algorithms_.empty() ? "" : ", ") + what + " " + std::to_string(c.algo);
       return c.algo;
     }
     throw CudaError(std::string("cuDNN offers no deterministic fp32 algorithm for ") + what + " on cuda:" +
@@ -272,16 +295,17 @@ void CudaLenet::check_rows(int rows) {
   checked_rows_[static_cast<size_t>(rows)] = 1;
 }
 
-void CudaLenet::forward(int rows) {
+void CudaLenet::forward(int rows, const float* x) {
   DeviceGuard guard(ctx_.device());
   check_rows(rows);
   if (rows == 0) return;
+  if (x == nullptr) x = x_.get();
   set_batch_descriptors(rows);
   cudnnHandle_t h = ctx_.cudnn();
   const model::LenetView<float> p = model::view(params_.get());
   void* ws = workspace_.get();
   const size_t wsb = workspace_.bytes();
-  LENET_CUDNN_CHECK(cudnnConvolutionForward(h, &kOne, x_desc_, x_.get(), w1_desc_, p.conv1_w, conv1_fwd_, fwd1_, ws,
+  LENET_CUDNN_CHECK(cudnnConvolutionForward(h, &kOne, x_desc_, x, w1_desc_, p.conv1_w, conv1_fwd_, fwd1_, ws,
                                             wsb, &kZero, a1_desc_, a1_.get()));
   LENET_CUDNN_CHECK(cudnnAddTensor(h, &kOne, b1_desc_, p.conv1_b, &kOne, a1_desc_, a1_.get()));
   LENET_CUDNN_CHECK(cudnnActivationForward(h, relu_desc_, &kOne, a1_desc_, a1_.get(), &kZero, a1_desc_, a1_.get()));
@@ -303,19 +327,20 @@ void CudaLenet::forward(int rows) {
   launch_bias_add_rows(logits_.get(), p.fc2_b, rows, kClasses, ctx_.stream());
 }
 
-void CudaLenet::loss(int rows, Slot slot) {
+void CudaLenet::loss(int rows, Slot slot, const int32_t* labels, const int32_t* valid_rows) {
   DeviceGuard guard(ctx_.device());
   check_rows(rows);
   if (rows == 0) return;
-  launch_softmax_xent(logits_.get(), labels_.get(), rows, kClasses, dlogits_.get(), row_loss_.get(),
-                      row_correct_.get(), ctx_.stream());
+  launch_softmax_xent(logits_.get(), labels != nullptr ? labels : labels_.get(), rows, kClasses, dlogits_.get(),
+                      row_loss_.get(), row_correct_.get(), valid_rows, ctx_.stream());
   launch_accumulate_stats(row_loss_.get(), row_correct_.get(), rows, loss_sum_.get() + slot, correct_.get() + slot,
                           ctx_.stream());
 }
 
-void CudaLenet::backward(int rows) {
+void CudaLenet::backward(int rows, const float* x) {
   DeviceGuard guard(ctx_.device());
   check_rows(rows);
+  if (x == nullptr) x = x_.get();
   cudaStream_t s = ctx_.stream();
   if (rows == 0) {
     LENET_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), s));
@@ -363,7 +388,7 @@ void CudaLenet::backward(int rows) {
   LENET_CUDNN_CHECK(cudnnActivationBackward(h, relu_desc_, &kOne, a1_desc_, a1_.get(), a1_desc_, da1_.get(), a1_desc_,
                                             a1_.get(), &kZero, a1_desc_, da1_.get()));
   LENET_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, &kOne, a1_desc_, da1_.get(), &kZero, b1_desc_, g.conv1_b));
-  LENET_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &kOne, x_desc_, x_.get(), a1_desc_, da1_.get(), conv1_bwf_,
+  LENET_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &kOne, x_desc_, x, a1_desc_, da1_.get(), conv1_bwf_,
                                                    bwf1_, ws, wsb, &kZero, w1_desc_, g.conv1_w));
 }
 

@@ -33,6 +33,7 @@ class DeviceContext {
   void bind(cudaStream_t stream);
 
  private:
+  void release() noexcept;
   int device_;
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
@@ -48,9 +49,9 @@ struct HostActivations {
 class CudaLenet {
  public:
   // Capacity for `max_rows` rows. `row_counts` lists every row count the replica will run (full and
-  // partial minibatches, evaluation batches): convolution algorithms are chosen once here, deterministic
-  // and in full fp32 (no TF32), so that every listed count is supported, and one workspace is sized for
-  // the largest need.
+  // partial minibatches, evaluation batches; none above max_rows): convolution algorithms are chosen
+  // once here, deterministic and restricted to FMA math (full fp32, no TF32), so that every listed
+  // count is supported, and one workspace is sized for the largest need.
   CudaLenet(DeviceContext& ctx, int max_rows, const std::vector<int>& row_counts);
   ~CudaLenet();
   CudaLenet(const CudaLenet&) = delete;
@@ -66,12 +67,16 @@ class CudaLenet {
   const DeviceBuffer<float>& grad_buffer() const { return grads_; }
 
   // Enqueued on the stream the context is bound to. rows may be 0: forward and loss do nothing and
-  // backward zeroes the gradient.
-  void forward(int rows);
+  // backward zeroes the gradient. Inputs default to the replica's own x() and labels(); the graph mode
+  // passes its staging buffers instead.
+  void forward(int rows, const float* x = nullptr);
   // Training and evaluation count into separate accumulators.
   enum Slot { kTrainStats = 0, kEvalStats = 1 };
-  void loss(int rows, Slot slot = kTrainStats);  // dlogits; the loss sum and correct count added to `slot`
-  void backward(int rows);  // gradients of the summed loss, overwritten
+  // dlogits, and the loss sum and correct count added to `slot`. With `valid_rows` (device memory),
+  // rows at or past *valid_rows are masked out (see launch_softmax_xent).
+  void loss(int rows, Slot slot = kTrainStats, const int32_t* labels = nullptr, const int32_t* valid_rows = nullptr);
+  void backward(int rows, const float* x = nullptr);  // gradients of the summed loss, overwritten
+  const float* logits() const { return logits_.get(); }
   void zero_stats(Slot slot);
   model::StepStats read_stats(Slot slot) const;  // synchronous
 
@@ -80,6 +85,8 @@ class CudaLenet {
   const std::string& algorithms() const { return algorithms_; }
 
  private:
+  void create_descriptors();
+  void destroy_descriptors() noexcept;
   void set_batch_descriptors(int rows);
   void choose_algorithms(const std::vector<int>& row_counts);
   // Checks once per row count not announced at construction that the chosen algorithms support it

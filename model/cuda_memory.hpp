@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/cuda_check.hpp"
+#include "graphs/cuda_check.hpp"
 
 namespace lenet::cuda {
 
@@ -37,13 +37,16 @@ class DeviceBuffer {
   int device() const { return device_; }
 
   // Synchronous copies, for set-up, tests and the naive mode's host reads.
+  // The buffer's device is made current so the copy is ordered after that device's legacy-stream work.
   void upload(const T* host, size_t count, size_t offset = 0) {
     check_range(offset, count);
+    DeviceGuard guard(device_);
     LENET_CUDA_CHECK(cudaMemcpy(ptr_ + offset, host, count * sizeof(T), cudaMemcpyHostToDevice));
   }
   std::vector<T> download(size_t count, size_t offset = 0) const {
     check_range(offset, count);
     std::vector<T> host(count);
+    DeviceGuard guard(device_);
     LENET_CUDA_CHECK(cudaMemcpy(host.data(), ptr_ + offset, count * sizeof(T), cudaMemcpyDeviceToHost));
     return host;
   }

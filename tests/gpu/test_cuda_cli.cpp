@@ -40,4 +40,24 @@ TEST_F(Cli, NaiveRunOnSharedGpuNamesItsDevices) {
   EXPECT_EQ(n, 2);
 }
 
+TEST_F(Cli, GraphModeIsTheDefaultAndReportsInstantiations) {
+  LENET_REQUIRE_GPU();
+  const std::string metrics = (dir_ / "m.jsonl").string();
+  const Result r = run("--backend cuda --num-gpus 1 --epochs 2 --train-limit 1000 --test-limit 300 --metrics '" +
+                       metrics + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("sec/epoch on [cuda:0]"), std::string::npos) << r.out;
+  std::ifstream in(metrics);
+  std::string line;
+  double first = -1;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["mode"], "graph");
+    ASSERT_TRUE(j.contains("graph_instantiations")) << line;
+    if (first < 0) first = j["graph_instantiations"].get<double>();
+    EXPECT_EQ(j["graph_instantiations"].get<double>(), first) << "instantiated again during training";
+  }
+  EXPECT_GT(first, 0);
+}
+
 }  // namespace

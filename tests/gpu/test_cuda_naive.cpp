@@ -1,12 +1,9 @@
 // The CUDA naive mode against the CPU backend on real Fashion-MNIST, from the same seed and the same
-// minibatches, with R = 1, 2 and 4 replicas placed on one GPU; determinism from run to run; and a
-// three-epoch training run against the CPU backend's test accuracy.
+// minibatches, with R = 1, 2 and 4 replicas placed on one GPU, and determinism from run to run.
 #include <cmath>
-#include <sstream>
 
 #include "engine/cpu_backend.hpp"
 #include "engine/cuda_naive_backend.hpp"
-#include "engine/trainer.hpp"
 #include "gpu_test.hpp"
 #include "io/dataset.hpp"
 #include "io/sampler.hpp"
@@ -94,25 +91,6 @@ TEST(CudaNaive, DevicesNameEveryReplica) {
   LENET_REQUIRE_GPU();
   engine::CudaNaiveBackend b(one_gpu(2, 256), model::init_parameters<float>(1));
   EXPECT_EQ(b.devices(), (std::vector<std::string>{"cuda:0", "cuda:0"}));
-}
-
-// Three epochs on all the data; the test accuracy must be within 0.02 of the CPU backend's from the same
-// seed: float32 summation-order differences are amplified while the loss leaves its plateau (an
-// independent implementation with 1 and 3 replicas differed by 0.009 after epoch 3).
-TEST(CudaNaive, ThreeEpochsReachTheCpuAccuracy) {
-  LENET_REQUIRE_GPU();
-  engine::TrainOptions opt;
-  opt.epochs = 3;
-  opt.seed = 1;
-  const std::vector<float> start = model::init_parameters<float>(opt.seed);
-  std::ostringstream log;
-  engine::CudaNaiveBackend gpu(one_gpu(2, opt.batch_size), start);
-  const engine::TrainResult g = engine::train(gpu, data(), opt, log, false);
-  engine::CpuBackend cpu(1, start);
-  const engine::TrainResult c = engine::train(cpu, data(), opt, log, false);
-  std::cout << log.str();
-  EXPECT_NEAR(g.epochs.back().test_acc, c.epochs.back().test_acc, 0.02);
-  EXPECT_GT(g.epochs.back().test_acc, 0.65);
 }
 
 }  // namespace

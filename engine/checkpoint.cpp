@@ -1,0 +1,436 @@
+#include "engine/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <system_error>
+
+#include <nlohmann/json.hpp>
+
+#include "model/lenet.hpp"
+
+namespace lenet::engine {
+namespace {
+
+using model::kNumParameters;
+using model::tensor_specs;
+using model::TensorSpec;
+
+constexpr size_t kLengthBytes = 8;  // the u64 header length
+constexpr size_t kAlignment = 8;    // of the data section, as safetensors' own writer pads it
+constexpr uint64_t kDataBytes = uint64_t{4} * kNumParameters;
+
+// ---- little-endian bytes, independent of the host's byte order ------------------------------------
+
+void put_le64(std::vector<uint8_t>& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+
+uint64_t get_le64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+void put_le_float(uint8_t* p, float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(bits >> (8 * i));
+}
+
+float get_le_float(const uint8_t* p) {
+  const uint32_t bits = uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// ---- the training state as metadata strings -------------------------------------------------------
+
+std::string format_double(double v) {
+  // Shortest representation that parses back to the same double, independent of the C locale.
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+// The reason `state` cannot be resumed from, or empty. One rule for saving and loading, so the saver
+// never writes a file the loader rejects.
+std::string state_problem(const TrainingState& s) {
+  if (s.epochs < 1) return "epochs is " + std::to_string(s.epochs) + ", must be at least 1";
+  if (s.epoch < 0 || s.epoch > s.epochs) {
+    return "epoch is " + std::to_string(s.epoch) + ", must be in 0.." + std::to_string(s.epochs) + " (epochs)";
+  }
+  if (!std::isfinite(s.lr) || s.lr <= 0) return "lr is " + format_double(s.lr) + ", must be finite and > 0";
+  if (s.batch_size < 1) return "batch_size is " + std::to_string(s.batch_size) + ", must be at least 1";
+  if (s.replicas < 1) return "replicas is " + std::to_string(s.replicas) + ", must be at least 1";
+  return "";
+}
+
+std::string quoted(const std::string& s) { return nlohmann::json(s).dump(); }
+
+// Decimal digits only: no sign, space or exponent, and no silent wrap-around.
+bool parse_u64(const std::string& s, uint64_t& v) {
+  if (s.empty() || s[0] < '0' || s[0] > '9') return false;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+// ---- header validation ----------------------------------------------------------------------------
+
+struct Placed {
+  const TensorSpec* spec;
+  uint64_t begin, end;  // bytes into the data section
+};
+
+std::string shape_text(const std::vector<uint64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+class HeaderReader {
+ public:
+  explicit HeaderReader(const std::string& name) : name_(name) {}
+
+  [[noreturn]] void fail(const std::string& problem) const { throw CheckpointError(name_ + ": " + problem); }
+
+  nlohmann::json parse(const uint8_t* begin, const uint8_t* end) const {
+    // The callback rejects what nlohmann would otherwise accept silently: a repeated key (it keeps the
+    // last, hiding the first) and nesting deeper than a checkpoint header's three levels (a 1 MiB header
+    // of '[' would otherwise build half a million nested values).
+    int level = 0;
+    std::set<std::string> keys[3];
+    auto callback = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+      using E = nlohmann::json::parse_event_t;
+      if (event == E::object_start || event == E::array_start) {
+        if (++level > 3) fail("header is nested deeper than a checkpoint header (3 levels)");
+        if (level < 3) keys[level].clear();
+      } else if (event == E::object_end || event == E::array_end) {
+        --level;
+      } else if (event == E::key && level < 3 && parsed.is_string()) {
+        if (!keys[level].insert(parsed.get_ref<const std::string&>()).second) {
+          fail("header repeats the key " + parsed.dump());
+        }
+      }
+      return true;
+    };
+    try {
+      return nlohmann::json::parse(begin, end, callback);
+    } catch (const nlohmann::json::exception& e) {
+      fail(std::string("header is not valid JSON (") + e.what() + ")");
+    }
+  }
+
+  // Shape and offsets of one tensor entry; the offsets' order against the others is checked later.
+  Placed tensor(const TensorSpec& spec, const nlohmann::json& entry) const {
+    const std::string who = std::string("tensor '") + spec.name + "'";
+    if (!entry.is_object()) fail(who + " is " + entry.dump() + ", not an object");
+    for (const auto& [key, value] : entry.items()) {
+      if (key != "dtype" && key != "shape" && key != "data_offsets") fail(who + " has an unknown field " + quoted(key));
+    }
+    if (!entry.contains("dtype")) fail(who + " has no \"dtype\"");
+    if (!entry.contains("shape")) fail(who + " has no \"shape\"");
+    if (!entry.contains("data_offsets")) fail(who + " has no \"data_offsets\"");
+
+    const auto& dtype = entry["dtype"];
+    if (dtype != "F32") fail(who + " has dtype " + dtype.dump() + ", expected \"F32\" (float32)");
+
+    const std::vector<uint64_t> expected(spec.shape.begin(), spec.shape.begin() + spec.rank);
+    const auto& shape = entry["shape"];
+    if (!shape.is_array()) fail(who + " has shape " + shape.dump() + ", not an array");
+    std::vector<uint64_t> got;
+    for (const auto& d : shape) {
+      if (!d.is_number_unsigned()) fail(who + " has shape " + shape.dump() + ", not an array of non-negative integers");
+      got.push_back(d.get<uint64_t>());
+    }
+    if (got != expected) fail(who + " has shape " + shape_text(got) + ", expected " + shape_text(expected));
+
+    const auto& offsets = entry["data_offsets"];
+    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+        !offsets[1].is_number_unsigned()) {
+      fail(who + " has data_offsets " + offsets.dump() + ", expected [begin,end] of non-negative integers");
+    }
+    const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+    if (end < begin || end - begin != 4 * uint64_t{spec.size}) {
+      fail(who + " has data_offsets " + offsets.dump() + " spanning " +
+           (end < begin ? std::string("a negative length") : std::to_string(end - begin) + " bytes") + ", expected " +
+           std::to_string(4 * spec.size) + " (" + std::to_string(spec.size) + " float32)");
+    }
+    return {&spec, begin, end};
+  }
+
+  // The tensors must tile the data section: no overlap (two tensors sharing bytes), no gap (bytes that
+  // belong to nothing), nothing missing or left over at the end.
+  void check_tiling(std::vector<Placed> placed, uint64_t data_size) const {
+    std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) { return a.begin < b.begin; });
+    uint64_t at = 0;
+    const char* previous = nullptr;
+    for (const auto& p : placed) {
+      const std::string where = previous ? std::string("tensor '") + previous + "'" : "the start of the data";
+      if (p.begin < at) {
+        fail(std::string("tensor '") + p.spec->name + "' at bytes [" + std::to_string(p.begin) + "," +
+             std::to_string(p.end) + ") overlaps " + where + ", which ends at " + std::to_string(at));
+      }
+      if (p.begin > at) {
+        fail("gap of " + std::to_string(p.begin - at) + " bytes between " + where + " and tensor '" + p.spec->name +
+             "' (data_offsets must be contiguous)");
+      }
+      at = p.end;
+      previous = p.spec->name;
+    }
+    if (data_size < at) {
+      fail("truncated: the tensors need " + std::to_string(at) + " data bytes, the file has " +
+           std::to_string(data_size) + " after the header");
+    }
+    if (data_size > at) fail(std::to_string(data_size - at) + " unexpected bytes after the last tensor");
+  }
+
+  TrainingState metadata(const nlohmann::json& header) const {
+    if (!header.contains("__metadata__")) fail("header has no \"__metadata__\" (training state)");
+    const auto& meta = header["__metadata__"];
+    if (!meta.is_object()) fail("\"__metadata__\" is " + meta.dump() + ", not an object");
+    for (const auto& [key, value] : meta.items()) {
+      // safetensors defines metadata as a string-to-string map; PyTorch's loader rejects anything else.
+      if (!value.is_string()) fail("__metadata__ " + quoted(key) + " is " + value.dump() + ", not a string");
+    }
+    const std::string format = field(meta, "format");
+    if (format != kCheckpointFormat) {
+      fail("__metadata__ \"format\" is " + quoted(format) + ", expected " + quoted(kCheckpointFormat));
+    }
+    TrainingState s;
+    s.epoch = int_field(meta, "epoch");
+    s.epochs = int_field(meta, "epochs");
+    s.seed = u64_field(meta, "seed");
+    s.step = u64_field(meta, "step");
+    const std::string lr = field(meta, "lr");
+    const auto r = std::from_chars(lr.data(), lr.data() + lr.size(), s.lr);
+    if (lr.empty() || r.ec != std::errc() || r.ptr != lr.data() + lr.size()) {
+      fail("__metadata__ \"lr\" is " + quoted(lr) + ", not a number");
+    }
+    s.batch_size = int_field(meta, "batch_size");
+    s.replicas = int_field(meta, "replicas");
+    const std::string problem = state_problem(s);
+    if (!problem.empty()) fail("__metadata__ " + problem);
+    return s;
+  }
+
+ private:
+  std::string field(const nlohmann::json& meta, const char* key) const {
+    if (!meta.contains(key)) fail(std::string("__metadata__ has no \"") + key + "\"");
+    return meta[key].get<std::string>();
+  }
+  uint64_t u64_field(const nlohmann::json& meta, const char* key) const {
+    const std::string text = field(meta, key);
+    uint64_t v = 0;
+    if (!parse_u64(text, v)) fail("__metadata__ " + quoted(key) + " is " + quoted(text) + ", not a non-negative integer");
+    return v;
+  }
+  int int_field(const nlohmann::json& meta, const char* key) const {
+    const uint64_t v = u64_field(meta, key);
+    if (v > uint64_t{INT_MAX}) fail("__metadata__ " + quoted(key) + " is " + std::to_string(v) + ", too large");
+    return static_cast<int>(v);
+  }
+
+  const std::string& name_;
+};
+
+// ---- writing --------------------------------------------------------------------------------------
+
+std::vector<uint8_t> encode(const std::vector<float>& parameters, const TrainingState& state) {
+  // ordered_json keeps the header readable: metadata first, then the tensors in flat-buffer order.
+  nlohmann::ordered_json header;
+  auto& meta = header["__metadata__"];
+  meta["format"] = kCheckpointFormat;
+  meta["epoch"] = std::to_string(state.epoch);
+  meta["epochs"] = std::to_string(state.epochs);
+  meta["seed"] = std::to_string(state.seed);
+  meta["step"] = std::to_string(state.step);
+  meta["lr"] = format_double(state.lr);
+  meta["batch_size"] = std::to_string(state.batch_size);
+  meta["replicas"] = std::to_string(state.replicas);
+  for (const auto& t : tensor_specs()) {
+    auto& entry = header[t.name];
+    entry["dtype"] = "F32";
+    entry["shape"] = std::vector<uint64_t>(t.shape.begin(), t.shape.begin() + t.rank);
+    entry["data_offsets"] = {uint64_t{4} * t.offset, uint64_t{4} * (t.offset + t.size)};
+  }
+  std::string text = header.dump();
+  text.append((kAlignment - (kLengthBytes + text.size()) % kAlignment) % kAlignment, ' ');
+
+  std::vector<uint8_t> bytes;
+  bytes.reserve(kLengthBytes + text.size() + kDataBytes);
+  put_le64(bytes, text.size());
+  bytes.insert(bytes.end(), text.begin(), text.end());
+  const size_t data_start = bytes.size();
+  bytes.resize(data_start + kDataBytes);
+  for (size_t i = 0; i < kNumParameters; ++i) put_le_float(&bytes[data_start + 4 * i], parameters[i]);
+  return bytes;
+}
+
+std::string os_error(int err) { return std::strerror(err); }
+
+// The temporary file while it exists: closed and removed unless committed.
+class TemporaryFile {
+ public:
+  TemporaryFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~TemporaryFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(path_.c_str());
+  }
+  TemporaryFile(const TemporaryFile&) = delete;
+  TemporaryFile& operator=(const TemporaryFile&) = delete;
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  int close() {
+    const int rc = ::close(fd_);
+    fd_ = -1;  // closed even when close reports an error (POSIX leaves it unspecified; Linux closes)
+    return rc;
+  }
+  void commit() { committed_ = true; }
+
+ private:
+  std::string path_;
+  int fd_;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const std::vector<float>& parameters, const TrainingState& state) {
+  save_checkpoint(path, parameters, state, [](int fd, const void* data, size_t size) { return ::write(fd, data, size); });
+}
+
+void save_checkpoint(const std::string& path, const std::vector<float>& parameters, const TrainingState& state,
+                     const CheckpointWriteFunction& write) {
+  const auto fail = [&](const std::string& problem) {
+    throw CheckpointError(path + ": cannot save checkpoint: " + problem);
+  };
+  if (parameters.size() != kNumParameters) {
+    fail(std::to_string(parameters.size()) + " parameters, expected " + std::to_string(kNumParameters));
+  }
+  const std::string problem = state_problem(state);
+  if (!problem.empty()) fail("training state " + problem);
+  const std::vector<uint8_t> bytes = encode(parameters, state);
+
+  // Same folder, so the rename is atomic (same file system). The counter keeps two saves of one process
+  // apart; the pid, two processes.
+  static std::atomic<unsigned> counter{0};
+  const std::string tmp_path = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) fail("cannot create temporary file " + tmp_path + " (" + os_error(errno) + ")");
+  TemporaryFile tmp(tmp_path, fd);
+  const auto fail_unchanged = [&](const std::string& what, int err) {
+    fail(what + " (" + os_error(err) + "); the previous checkpoint, if any, is unchanged");
+  };
+
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = write(tmp.fd(), bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    // A write that makes no progress would loop forever; the kernel reports a full disk as ENOSPC.
+    if (n <= 0) fail_unchanged("write to " + tmp_path + " failed after " + std::to_string(done) + " bytes", n < 0 ? errno : ENOSPC);
+    done += static_cast<size_t>(n);
+  }
+  // Data on disk before the rename makes it visible, else a crash could leave an empty file under `path`.
+  if (::fsync(tmp.fd()) != 0) fail_unchanged("fsync of " + tmp_path + " failed", errno);
+  if (tmp.close() != 0) fail_unchanged("close of " + tmp_path + " failed", errno);
+  if (::rename(tmp_path.c_str(), path.c_str()) != 0) fail_unchanged("rename of " + tmp_path + " failed", errno);
+  tmp.commit();
+
+  // The rename itself is durable only once the folder is synced.
+  std::string folder = std::filesystem::path(path).parent_path().string();
+  if (folder.empty()) folder = ".";
+  const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) fail("written, but cannot open folder " + folder + " to sync it (" + os_error(errno) + ")");
+  const int rc = ::fsync(dir);
+  const int err = errno;
+  ::close(dir);
+  // EINVAL: the file system cannot sync folders (some network and FUSE file systems); nothing to wait for.
+  if (rc != 0 && err != EINVAL) fail("written, but fsync of folder " + folder + " failed (" + os_error(err) + ")");
+}
+
+Checkpoint load_checkpoint_bytes(const uint8_t* data, size_t size, const std::string& name) {
+  const HeaderReader reader(name);
+  if (size < kLengthBytes) {
+    reader.fail("truncated: " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
+  }
+  const uint64_t header_size = get_le64(data);
+  if (header_size > kMaxCheckpointHeaderBytes) {
+    reader.fail("header length " + std::to_string(header_size) + " is absurd (a checkpoint header is under " +
+                std::to_string(kMaxCheckpointHeaderBytes) + " bytes): not a checkpoint, or corrupt");
+  }
+  if (header_size > size - kLengthBytes) {
+    reader.fail("truncated: header length " + std::to_string(header_size) + " runs past the end of the file (" +
+                std::to_string(size) + " bytes)");
+  }
+  const uint8_t* header_begin = data + kLengthBytes;
+  const nlohmann::json header = reader.parse(header_begin, header_begin + header_size);
+  if (!header.is_object()) reader.fail("header is " + std::string(header.type_name()) + ", not a JSON object");
+
+  std::vector<Placed> placed;
+  for (const auto& t : tensor_specs()) {
+    if (!header.contains(t.name)) reader.fail(std::string("missing tensor '") + t.name + "'");
+    placed.push_back(reader.tensor(t, header[t.name]));
+  }
+  for (const auto& item : header.items()) {
+    const std::string& key = item.key();
+    if (key == "__metadata__") continue;
+    const auto& specs = tensor_specs();
+    if (std::none_of(specs.begin(), specs.end(), [&](const TensorSpec& t) { return key == t.name; })) {
+      reader.fail("unknown tensor " + quoted(key) + " (this network has conv1, conv2, fc1, fc2 weights and biases)");
+    }
+  }
+  const uint64_t data_size = size - kLengthBytes - header_size;
+  reader.check_tiling(placed, data_size);
+
+  Checkpoint checkpoint;
+  checkpoint.state = reader.metadata(header);
+  checkpoint.parameters.resize(kNumParameters);
+  const uint8_t* data_section = header_begin + header_size;
+  for (const auto& p : placed) {
+    for (size_t i = 0; i < p.spec->size; ++i) {
+      checkpoint.parameters[p.spec->offset + i] = get_le_float(data_section + p.begin + 4 * i);
+    }
+  }
+  return checkpoint;
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw CheckpointError(path + ": cannot open checkpoint (" + os_error(errno) + ")");
+  // One byte past the largest valid checkpoint is enough to reject any larger file without reading it.
+  const size_t limit = kLengthBytes + kMaxCheckpointHeaderBytes + kDataBytes + 1;
+  std::vector<uint8_t> bytes(limit);
+  size_t got = 0;
+  while (got < limit) {
+    const ssize_t n = ::read(fd, bytes.data() + got, limit - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw CheckpointError(path + ": read error (" + os_error(err) + ")");
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (got == limit) {
+    throw CheckpointError(path + ": larger than any checkpoint (over " + std::to_string(limit - 1) + " bytes)");
+  }
+  return load_checkpoint_bytes(bytes.data(), got, path);
+}
+
+}  // namespace lenet::engine

@@ -1,0 +1,71 @@
+// Checkpoints: the flat parameter buffer and the training state needed to resume, in the safetensors
+// format (https://github.com/huggingface/safetensors), so `safetensors.torch.load_file` reads the
+// parameters into a PyTorch LeNet of the source text with the same names and shapes.
+//
+// Layout: an 8-byte little-endian u64 header length N, N bytes of JSON header (padded with spaces so the
+// data starts 8-byte aligned), then the eight tensors as little-endian float32 in flat-buffer order
+// (model::tensor_specs()), contiguous. The header maps each tensor name to
+// {"dtype":"F32","shape":[...],"data_offsets":[begin,end]} (bytes into the data section, end exclusive)
+// and "__metadata__" to string values: "format" and the TrainingState fields.
+//
+// Saving is atomic: a crash or a full disk leaves the previous checkpoint intact. Loading trusts nothing:
+// every malformed byte sequence becomes a CheckpointError naming the file and the problem.
+#pragma once
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace lenet::engine {
+
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The value of __metadata__["format"]; a reader of another layout must change it.
+constexpr const char* kCheckpointFormat = "lenet-dp checkpoint 1";
+// Our header is under 1 KiB. The cap keeps a corrupt length from making the loader allocate or parse
+// gigabytes (safetensors itself allows 100 MB).
+constexpr size_t kMaxCheckpointHeaderBytes = size_t{1} << 20;
+
+// What a resumed run needs besides the parameters. Written as decimal strings; lr in the shortest form
+// that reads back to the same double.
+struct TrainingState {
+  int epoch = 0;        // completed epochs, 0..epochs
+  int epochs = 0;       // total asked, >= 1
+  uint64_t seed = 0;    // initial parameters and every epoch's shuffle
+  uint64_t step = 0;    // SGD steps completed over all epochs
+  double lr = 0;        // finite, > 0
+  int batch_size = 0;   // global minibatch, >= 1
+  int replicas = 0;     // >= 1
+};
+
+struct Checkpoint {
+  std::vector<float> parameters;  // model::kNumParameters, flat-buffer order
+  TrainingState state;
+};
+
+// Same contract as POSIX write(2): bytes written (possibly fewer than asked), or -1 with errno set.
+// A seam so tests can simulate a full disk; production code uses the overload without it (::write).
+using CheckpointWriteFunction = std::function<ssize_t(int fd, const void* data, size_t size)>;
+
+// Writes PATH.tmp.<pid>.<n> in the same folder, fsyncs it, renames it over `path`, fsyncs the folder.
+// Throws CheckpointError naming `path` and the OS error on any failure, after removing the temporary
+// file; `path` then still holds whatever it held before. Also throws, writing nothing, when
+// `parameters` is not model::kNumParameters long or `state` is one load_checkpoint would reject.
+void save_checkpoint(const std::string& path, const std::vector<float>& parameters, const TrainingState& state);
+void save_checkpoint(const std::string& path, const std::vector<float>& parameters, const TrainingState& state,
+                     const CheckpointWriteFunction& write);
+
+// Reads and validates a whole checkpoint. Throws CheckpointError naming `path` and the problem.
+Checkpoint load_checkpoint(const std::string& path);
+
+// The same checks on bytes in memory; `name` is used in error messages only.
+Checkpoint load_checkpoint_bytes(const uint8_t* data, size_t size, const std::string& name);
+
+}  // namespace lenet::engine

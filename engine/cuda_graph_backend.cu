@@ -1,0 +1,313 @@
+#include "engine/cuda_graph_backend.hpp"
+
+#include <thrust/execution_policy.h>
+#include <thrust/reduce.h>
+
+#include <algorithm>
+#include <cstddef>
+
+#include "engine/cuda_ring.hpp"
+#include "io/pinned.hpp"
+#include "model/cuda_kernels.hpp"
+#include "model/cuda_lenet.hpp"
+#include "profiling/nvtx.hpp"
+
+namespace lenet::engine {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::DeviceGuard;
+using cuda::Event;
+using cuda::Stream;
+
+// Thrust's temporary storage, allocated once per replica: the evaluation's reduction then allocates
+// nothing. A request larger than the block is a programming error, reported as such.
+class PreallocatedTemp {
+ public:
+  using value_type = char;
+  explicit PreallocatedTemp(DeviceBuffer<char>& block) : block_(&block) {}
+  char* allocate(std::ptrdiff_t bytes) {
+    if (static_cast<size_t>(bytes) > block_->size())
+      throw cuda::CudaError("Thrust asked for " + std::to_string(bytes) + " bytes of temporary storage, more than the " +
+                            std::to_string(block_->size()) + " allocated");
+    return block_->get();
+  }
+  void deallocate(char*, size_t) {}
+
+ private:
+  DeviceBuffer<char>* block_;
+};
+
+constexpr size_t kThrustTempBytes = size_t{1} << 20;
+
+}  // namespace
+
+struct CudaGraphBackend::Replica {
+  int device = 0;
+  int capacity = 0;  // rows of the captured step: the replica's largest share of any minibatch
+  std::unique_ptr<cuda::DeviceContext> ctx;  // own handles and workspaces: replicas sharing a GPU run concurrently
+  std::unique_ptr<cuda::CudaLenet> net;
+  Stream compute, copy;
+  Event progress, joined;
+  std::array<Event, kSlots> copied;  // on the copy stream, after a slot's host-to-device copies
+  std::array<DeviceBuffer<float>, kSlots> x;
+  std::array<DeviceBuffer<int32_t>, kSlots> labels;
+  std::array<DeviceBuffer<StepParams>, kSlots> params;
+  std::array<io::PinnedBuffer<float>, kSlots> host_x;
+  std::array<io::PinnedBuffer<int32_t>, kSlots> host_labels;
+  std::array<io::PinnedBuffer<StepParams>, kSlots> host_params;
+  DeviceBuffer<float> receive;  // the ring's incoming chunk
+  // Evaluation: this replica's share of the test set, resident on the device, padded to whole batches.
+  DeviceBuffer<float> test_x;
+  DeviceBuffer<int32_t> test_labels, test_correct;
+  size_t test_rows = 0;
+  DeviceBuffer<char> thrust_temp;
+};
+
+CudaGraphBackend::CudaGraphBackend(const CudaPlacement& placement, const std::vector<float>& initial_parameters)
+    : ring_(placement.replicas, model::kNumParameters) {
+  const int n_gpus = placement.num_gpus, n_rep = placement.replicas;
+  if (n_gpus < 1 || n_rep < 1) throw std::invalid_argument("CudaGraphBackend: no GPU or no replica");
+  if (initial_parameters.size() != model::kNumParameters) throw std::invalid_argument("CudaGraphBackend: parameters");
+  if (placement.train_batch_rows.empty()) throw std::invalid_argument("CudaGraphBackend: no minibatch size");
+  enable_peer_access(n_gpus);
+  size_t largest_chunk = 0;
+  for (const ChunkRange& c : ring_.chunks()) largest_chunk = std::max(largest_chunk, c.size);
+
+  for (int r = 0; r < n_rep; ++r) {
+    auto rep = std::make_unique<Replica>();
+    rep->device = r % n_gpus;
+    rep->capacity = std::max(1, largest_share(placement.train_batch_rows, n_rep, r));
+    const int dev = rep->device;
+    const size_t cap = static_cast<size_t>(rep->capacity);
+    rep->ctx = std::make_unique<cuda::DeviceContext>(dev);
+    // The captured step always runs `capacity` rows (fewer are masked), so one row count is all cuDNN sees.
+    rep->net = std::make_unique<cuda::CudaLenet>(*rep->ctx, rep->capacity, std::vector<int>{rep->capacity});
+    rep->compute = Stream(dev);
+    rep->copy = Stream(dev);
+    rep->progress = Event(dev);
+    rep->joined = Event(dev);
+    DeviceGuard guard(dev);
+    for (int s = 0; s < kSlots; ++s) {
+      rep->copied[static_cast<size_t>(s)] = Event(dev);
+      rep->x[s] = DeviceBuffer<float>(dev, cap * model::kInPixels);
+      rep->labels[s] = DeviceBuffer<int32_t>(dev, cap);
+      rep->params[s] = DeviceBuffer<StepParams>(dev, 1);
+      // Rows a partial minibatch leaves untouched still flow through the (masked) step: keep them finite.
+      LENET_CUDA_CHECK(cudaMemset(rep->x[s].get(), 0, rep->x[s].bytes()));
+      LENET_CUDA_CHECK(cudaMemset(rep->labels[s].get(), 0, rep->labels[s].bytes()));
+      LENET_CUDA_CHECK(cudaMemset(rep->params[s].get(), 0, rep->params[s].bytes()));
+      rep->host_x[s] = io::PinnedBuffer<float>(cap * model::kInPixels);
+      rep->host_labels[s] = io::PinnedBuffer<int32_t>(cap);
+      rep->host_params[s] = io::PinnedBuffer<StepParams>(1);
+    }
+    rep->receive = DeviceBuffer<float>(dev, std::max<size_t>(largest_chunk, 1));
+    rep->thrust_temp = DeviceBuffer<char>(dev, kThrustTempBytes);
+    LENET_CUDA_CHECK(cudaMemcpy(rep->net->params(), initial_parameters.data(), model::kNumParameters * sizeof(float),
+                                cudaMemcpyHostToDevice));
+    rep->ctx->bind(rep->compute.get());
+    rep->net->zero_stats(cuda::CudaLenet::kTrainStats);
+    replicas_.push_back(std::move(rep));
+  }
+  const int root = replicas_[0]->device;
+  fork_ = Event(root);
+  for (int s = 0; s < kSlots; ++s) step_done_[static_cast<size_t>(s)] = Event(root);
+
+  // One eager step first, with every row masked and a zero learning rate: cuDNN and cuBLAS do their
+  // lazy initialisation outside any capture, and the parameters stay exactly as they are.
+  synchronize();
+  enqueue_step(0);
+  synchronize();
+  for (auto& rep : replicas_) rep->net->zero_stats(cuda::CudaLenet::kTrainStats);
+  synchronize();
+
+  // Capture once per staging slot; training only replays these.
+  for (int s = 0; s < kSlots; ++s) {
+    cuda::Capture capture(replicas_[0]->compute);
+    enqueue_step(s);
+    step_graphs_[static_cast<size_t>(s)] = capture.finish();
+    step_graphs_[static_cast<size_t>(s)].upload(replicas_[0]->compute.get());
+  }
+  synchronize();
+}
+
+CudaGraphBackend::~CudaGraphBackend() {
+  try {
+    synchronize();
+  } catch (...) {  // nothing useful to do about an error while tearing down
+  }
+}
+
+std::vector<std::string> CudaGraphBackend::devices() const {
+  std::vector<std::string> out;
+  for (const auto& rep : replicas_) out.push_back("cuda:" + std::to_string(rep->device));
+  return out;
+}
+
+void CudaGraphBackend::enqueue_step(int slot) {
+  const size_t s = static_cast<size_t>(slot);
+  Replica& root = *replicas_[0];
+  // Fork: every replica's stream starts after the work already on the root stream.
+  fork_.record(root.compute.get());
+  for (size_t r = 1; r < replicas_.size(); ++r) fork_.wait_on(replicas_[r]->compute.get());
+  for (auto& rep : replicas_) {
+    cuda::CudaLenet& net = *rep->net;
+    const StepParams* params = rep->params[s].get();
+    net.forward(rep->capacity, rep->x[s].get());
+    net.loss(rep->capacity, cuda::CudaLenet::kTrainStats, rep->labels[s].get(), &params->rows);
+    net.backward(rep->capacity, rep->x[s].get());
+    rep->progress.record(rep->compute.get());
+  }
+  std::vector<RingMember> members;
+  for (auto& rep : replicas_)
+    members.push_back({rep->device, rep->net->grads(), rep->receive.get(), rep->compute.get(), rep->progress.get()});
+  enqueue_ring_allreduce(ring_, members);
+  for (auto& rep : replicas_) {
+    DeviceGuard guard(rep->device);
+    cuda::launch_sgd_update(rep->net->params(), rep->net->grads(), model::kNumParameters, &rep->params[s].get()->scale,
+                            rep->compute.get());
+  }
+  // Join: the root stream (the capture's origin) ends after every replica.
+  for (size_t r = 1; r < replicas_.size(); ++r) {
+    replicas_[r]->joined.record(replicas_[r]->compute.get());
+    replicas_[r]->joined.wait_on(root.compute.get());
+  }
+}
+
+void CudaGraphBackend::train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) {
+  const int slot = staging_.slot(step_);
+  const size_t s = static_cast<size_t>(slot);
+  const bool reused = staging_.previous_user(step_) >= 0;
+  const std::vector<RowRange> split = split_rows(rows, static_cast<int>(replicas_.size()));
+  {
+    profiling::Range range("h2d");
+    for (size_t r = 0; r < replicas_.size(); ++r) {
+      Replica& rep = *replicas_[r];
+      const RowRange part = split[r];
+      if (part.rows > rep.capacity) {
+        throw std::invalid_argument("CudaGraphBackend: minibatch of " + std::to_string(rows) +
+                                    " rows is larger than the one the graphs were captured for");
+      }
+      // The only host wait of the mode: the copy that last read this pinned slot must be done.
+      if (reused) rep.copied[s].synchronize();
+      data.gather(idx + part.first, static_cast<size_t>(part.rows), rep.host_x[s].get(), rep.host_labels[s].get());
+      *rep.host_params[s].get() = step_params(part.rows, rows, lr);
+      // The replay that read this device slot (step k - slots) must be done before it is overwritten.
+      if (reused) step_done_[s].wait_on(rep.copy.get());
+      DeviceGuard guard(rep.device);
+      cudaStream_t cs = rep.copy.get();
+      if (part.rows > 0) {
+        LENET_CUDA_CHECK(cudaMemcpyAsync(rep.x[s].get(), rep.host_x[s].get(),
+                                         static_cast<size_t>(part.rows) * model::kInPixels * sizeof(float),
+                                         cudaMemcpyHostToDevice, cs));
+        LENET_CUDA_CHECK(cudaMemcpyAsync(rep.labels[s].get(), rep.host_labels[s].get(),
+                                         static_cast<size_t>(part.rows) * sizeof(int32_t), cudaMemcpyHostToDevice, cs));
+      }
+      LENET_CUDA_CHECK(
+          cudaMemcpyAsync(rep.params[s].get(), rep.host_params[s].get(), sizeof(StepParams), cudaMemcpyHostToDevice, cs));
+      rep.copied[s].record(cs);
+    }
+  }
+  profiling::Range range("replay");
+  Replica& root = *replicas_[0];
+  for (auto& rep : replicas_) rep->copied[s].wait_on(root.compute.get());
+  step_graphs_[s].launch(root.compute.get());
+  step_done_[s].record(root.compute.get());
+  ++step_;
+}
+
+void CudaGraphBackend::synchronize() {
+  for (auto& rep : replicas_) {
+    DeviceGuard guard(rep->device);
+    LENET_CUDA_CHECK(cudaStreamSynchronize(rep->copy.get()));
+    LENET_CUDA_CHECK(cudaStreamSynchronize(rep->compute.get()));
+  }
+}
+
+model::StepStats CudaGraphBackend::take_train_stats() {
+  synchronize();  // replays run on the root stream: all of them must be done before reading
+  model::StepStats total;
+  for (auto& rep : replicas_) {
+    const model::StepStats st = rep->net->read_stats(cuda::CudaLenet::kTrainStats);
+    total.loss_sum += st.loss_sum;
+    total.correct += st.correct;
+    rep->net->zero_stats(cuda::CudaLenet::kTrainStats);
+  }
+  // Work enqueued outside the graphs on replica streams is not ordered before the next replay (which
+  // is ordered only after the root stream): finish it here.
+  synchronize();
+  return total;
+}
+
+void CudaGraphBackend::prepare_evaluation(const io::Split& data) {
+  if (eval_data_ == &data && eval_size_ == data.size()) return;
+  const std::vector<RowRange> shares = split_rows(static_cast<int>(data.size()), static_cast<int>(replicas_.size()));
+  std::vector<float> x;
+  std::vector<int32_t> labels;
+  for (size_t r = 0; r < replicas_.size(); ++r) {
+    Replica& rep = *replicas_[r];
+    const size_t cap = static_cast<size_t>(rep.capacity);
+    const size_t rows = static_cast<size_t>(shares[r].rows);
+    const size_t padded = std::max<size_t>(cap, (rows + cap - 1) / cap * cap);
+    x.assign(padded * model::kInPixels, 0.0f);
+    labels.assign(padded, 0);
+    data.slice(static_cast<size_t>(shares[r].first), rows, x.data(), labels.data());
+    rep.test_x = DeviceBuffer<float>(rep.device, x.size());
+    rep.test_labels = DeviceBuffer<int32_t>(rep.device, padded);
+    rep.test_correct = DeviceBuffer<int32_t>(rep.device, padded);
+    rep.test_x.upload(x.data(), x.size());
+    rep.test_labels.upload(labels.data(), labels.size());
+    rep.test_rows = rows;
+  }
+  eval_data_ = &data;
+  eval_size_ = data.size();
+}
+
+int64_t CudaGraphBackend::count_correct(const io::Split& data, int /*batch_size*/) {
+  synchronize();
+  prepare_evaluation(data);
+  // Every replica evaluates its share on its own stream, in batches of its captured row count (the
+  // forward pass then needs no other cuDNN configuration); the counts are reduced on the device.
+  for (auto& rep : replicas_) {
+    const size_t cap = static_cast<size_t>(rep->capacity);
+    DeviceGuard guard(rep->device);
+    for (size_t first = 0; first < rep->test_rows; first += cap) {
+      rep->net->forward(rep->capacity, rep->test_x.get() + first * model::kInPixels);
+      cuda::launch_count_correct(rep->net->logits(), rep->test_labels.get() + first,
+                                 static_cast<int>(std::min(cap, rep->test_rows - first)), model::kClasses,
+                                 rep->test_correct.get() + first, rep->compute.get());
+    }
+  }
+  int64_t correct = 0;
+  for (auto& rep : replicas_) {
+    if (rep->test_rows == 0) continue;
+    DeviceGuard guard(rep->device);
+    PreallocatedTemp temp(rep->thrust_temp);
+    // One host read per replica and evaluation: thrust::reduce returns its sum to the host.
+    correct += thrust::reduce(thrust::cuda::par_nosync(temp).on(rep->compute.get()), rep->test_correct.get(),
+                              rep->test_correct.get() + rep->test_rows, int64_t{0});
+  }
+  synchronize();
+  return correct;
+}
+
+std::vector<float> CudaGraphBackend::parameters(int replica) const {
+  const Replica& rep = *replicas_.at(static_cast<size_t>(replica));
+  {
+    DeviceGuard guard(rep.device);
+    LENET_CUDA_CHECK(cudaDeviceSynchronize());  // the download runs on the legacy stream, unordered with ours
+  }
+  return rep.net->param_buffer().download();
+}
+
+std::vector<std::pair<std::string, double>> CudaGraphBackend::counters() const {
+  return {{"graph_instantiations", static_cast<double>(cuda::GraphExec::instantiations())}};
+}
+
+std::vector<std::string> CudaGraphBackend::algorithm_report() const {
+  std::vector<std::string> out;
+  for (size_t r = 0; r < replicas_.size(); ++r) out.push_back(describe_replica(r, *replicas_[r]->net));
+  return out;
+}
+
+}  // namespace lenet::engine

@@ -1,0 +1,69 @@
+#include "engine/cuda_ring.hpp"
+
+#include <stdexcept>
+#include <string>
+
+#include "graphs/cuda_check.hpp"
+#include "model/cuda_kernels.hpp"
+#include "model/cuda_lenet.hpp"
+
+namespace lenet::engine {
+
+void enable_peer_access(int num_gpus) {
+  for (int i = 0; i < num_gpus; ++i)
+    for (int j = 0; j < num_gpus; ++j) {
+      if (i == j) continue;
+      int can = 0;
+      LENET_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, i, j));
+      if (!can) continue;  // copies between them then go through the host, still correct
+      cuda::DeviceGuard guard(i);
+      const cudaError_t rc = cudaDeviceEnablePeerAccess(j, 0);
+      if (rc == cudaErrorPeerAccessAlreadyEnabled) {
+        cudaGetLastError();
+      } else {
+        LENET_CUDA_CHECK(rc);
+      }
+    }
+}
+
+std::string describe_replica(size_t index, const cuda::CudaLenet& net) {
+  return "replica " + std::to_string(index) + " on cuda:" + std::to_string(net.device()) + ": cuDNN algorithms " +
+         net.algorithms();
+}
+
+void enqueue_ring_allreduce(const RingSchedule& schedule, const std::vector<RingMember>& members) {
+  if (members.size() != static_cast<size_t>(schedule.replicas())) {
+    throw std::invalid_argument("enqueue_ring_allreduce: " + std::to_string(members.size()) + " members for " +
+                                std::to_string(schedule.replicas()) + " replicas");
+  }
+  for (const std::vector<Transfer>& step : schedule.steps()) {
+    // Waits first, while every progress event still marks the previous step; recording a member's event
+    // before its successor waited would order the successor behind this step too (correct, but serial).
+    for (const Transfer& t : step) {
+      const RingMember& dst = members[static_cast<size_t>(t.dst)];
+      LENET_CUDA_CHECK(cudaStreamWaitEvent(dst.stream, members[static_cast<size_t>(t.src)].progress, 0));
+    }
+    for (const Transfer& t : step) {
+      const ChunkRange& c = schedule.chunks()[static_cast<size_t>(t.chunk)];
+      if (c.size == 0) continue;
+      const RingMember& src = members[static_cast<size_t>(t.src)];
+      const RingMember& dst = members[static_cast<size_t>(t.dst)];
+      cuda::DeviceGuard guard(dst.device);
+      const size_t bytes = c.size * sizeof(float);
+      // cudaMemcpyDefault: unified addressing finds both devices; a peer copy where they differ.
+      if (t.reduce) {
+        LENET_CUDA_CHECK(cudaMemcpyAsync(dst.receive, src.buffer + c.offset, bytes, cudaMemcpyDefault, dst.stream));
+        cuda::launch_add_into(dst.buffer + c.offset, dst.receive, c.size, dst.stream);
+      } else {
+        LENET_CUDA_CHECK(cudaMemcpyAsync(dst.buffer + c.offset, src.buffer + c.offset, bytes, cudaMemcpyDefault,
+                                         dst.stream));
+      }
+    }
+    for (const RingMember& m : members) {
+      cuda::DeviceGuard guard(m.device);
+      LENET_CUDA_CHECK(cudaEventRecord(m.progress, m.stream));
+    }
+  }
+}
+
+}  // namespace lenet::engine

@@ -1,0 +1,39 @@
+// The ring allreduce schedule of ring.hpp executed on GPUs: each transfer is a copy (peer copy across
+// devices, device-to-device copy for replicas sharing a GPU) on the receiver's stream, followed by an
+// add kernel for reduce-scatter steps, and replicas are ordered by events only, so it can run eagerly or
+// inside a captured graph.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/ring.hpp"
+
+namespace lenet::cuda {
+class CudaLenet;
+}
+
+namespace lenet::engine {
+
+// Enables peer access between every pair of GPUs 0..num_gpus-1 that supports it; copies between the
+// others still work, staged through the host by the driver.
+void enable_peer_access(int num_gpus);
+
+// One line for the log: where a replica runs and which cuDNN algorithms it chose.
+std::string describe_replica(size_t index, const cuda::CudaLenet& net);
+
+struct RingMember {
+  int device = 0;
+  float* buffer = nullptr;   // schedule.length() floats, summed in place
+  float* receive = nullptr;  // at least the largest chunk, on `device`
+  cudaStream_t stream = nullptr;
+  cudaEvent_t progress = nullptr;  // on `device`, created with cudaEventDisableTiming
+};
+
+// The caller records every member's `progress` event on its stream after the work that produced the
+// buffer; afterwards each member's stream holds the allreduce behind that work, and `progress` marks the
+// end of the member's part. At every step a member waits only for its ring predecessor's previous step.
+void enqueue_ring_allreduce(const RingSchedule& schedule, const std::vector<RingMember>& members);
+
+}  // namespace lenet::engine
