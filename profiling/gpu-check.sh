@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's GPU check: build, run every test with the GPU tests active, run the source text's
-# experiment in the CUDA naive mode (10 epochs, batch 256, lr 0.2, R = 1 and R = 2) and the CPU backend
-# beside it, and write a log, the metrics files and a summary into OUTDIR.
+# experiment (10 epochs, batch 256, lr 0.2, R = 1 and R = 2) in the naive and graph modes, a sweep of
+# both modes over replicas and batch sizes, compute-sanitizer on short runs of both modes, and the CPU
+# backend beside them; write a log, the metrics files and a summary into OUTDIR.
 #
 # Usage: profiling/gpu-check.sh OUTDIR
 # Works on any Linux machine with a GPU, the CUDA toolkit and CMake. On a host without network it takes
@@ -9,7 +10,8 @@
 # the data set, GoogleTest sources, cuDNN headers, CLI11 and nlohmann/json. cuDNN's library may come from
 # PyTorch's wheel (nvidia.cudnn). Every step has a time limit and a failure does not stop the others.
 # Environment: LENET_CHECK_BUDGET (seconds for everything, default 450), LENET_COMMIT (when the tree has
-# no .git), LENET_CHECK_EPOCHS (default 10), CUDNN_ROOT.
+# no .git), LENET_CHECK_EPOCHS (default 10), LENET_CHECK_SWEEP (0 skips the sweep),
+# LENET_CHECK_SANITIZERS (compute-sanitizer tools, default "memcheck racecheck"), CUDNN_ROOT.
 set -uo pipefail
 out=${1:?usage: profiling/gpu-check.sh OUTDIR}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
@@ -108,9 +110,35 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
   step "version" 20 "$train" --version
   step "tests" 300 ctest --test-dir "$build" --output-on-failure --timeout 240 --output-junit "$out/ctest.xml"
   # The source text's experiment. Two replicas use two GPUs where there are two, else share one.
-  step "naive R=1" 200 "$train" --backend cuda --mode naive --num-gpus 1 --epochs "$epochs" --metrics "$out/naive-r1.jsonl"
   if ((gpus >= 2)); then r2=(--num-gpus 2); else r2=(--num-gpus 1 --replicas 2); fi
-  step "naive R=2" 200 "$train" --backend cuda --mode naive "${r2[@]}" --epochs "$epochs" --metrics "$out/naive-r2.jsonl"
+  for mode in naive graph; do
+    step "$mode R=1" 200 "$train" --backend cuda --mode $mode --num-gpus 1 --epochs "$epochs" --metrics "$out/$mode-r1.jsonl"
+    step "$mode R=2" 200 "$train" --backend cuda --mode $mode "${r2[@]}" --epochs "$epochs" --metrics "$out/$mode-r2.jsonl"
+  done
+  # Both modes side by side over replicas sharing GPU 0 and global batch sizes, on the first 16384
+  # training examples (one timed pass each; the table scales seconds to a 60,000-example epoch).
+  if [[ ${LENET_CHECK_SWEEP:-1} != 0 ]]; then
+    mkdir -p "$out/sweep"
+    for b in 64 256 1024; do
+      for r in 1 2 4 8; do
+        for mode in naive graph; do
+          step "sweep $mode B=$b R=$r" 60 "$train" --backend cuda --mode $mode --num-gpus 1 --replicas $r --batch-size $b \
+            --epochs 1 --train-limit 16384 --test-limit 1000 --quiet --metrics "$out/sweep/$mode-b$b-r$r.jsonl"
+        done
+      done
+    done
+  fi
+  # compute-sanitizer on short runs of both modes (two replicas sharing GPU 0).
+  if command -v compute-sanitizer >/dev/null; then
+    for tool in ${LENET_CHECK_SANITIZERS:-memcheck racecheck}; do
+      for mode in naive graph; do
+        step "sanitizer $tool $mode" 90 compute-sanitizer --tool $tool --error-exitcode 99 --log-file "$out/sanitizer-$tool-$mode.txt" \
+          "$train" --backend cuda --mode $mode --num-gpus 1 --replicas 2 --epochs 1 --train-limit 600 --test-limit 300 --quiet
+      done
+    done
+  else
+    echo "compute-sanitizer: not found"
+  fi
   step "cpu R=1" 300 "$train" --backend cpu --epochs "$epochs" --metrics "$out/cpu-r1.jsonl"
 fi
 
@@ -131,6 +159,22 @@ echo "=== summary"
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
 rows = []
+sweep = {}
+for f in sorted(out.glob("sweep/*.jsonl")):
+    lines = [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
+    if lines:
+        l = lines[-1]
+        sweep[(l["batch_size"], l["replicas"], l["mode"])] = l["epoch_seconds"] * 60000 / 16384
+if sweep:
+    print("Sweep (one GPU, replicas sharing it; seconds per 60,000-example epoch, scaled from 16,384):")
+    print()
+    print("| batch | replicas | naive s/epoch | graph s/epoch | naive / graph |")
+    print("|---|---|---|---|---|")
+    for b, r in sorted({(k[0], k[1]) for k in sweep}):
+        n, g = sweep.get((b, r, "naive")), sweep.get((b, r, "graph"))
+        ratio = "%.2f" % (n / g) if n and g else "-"
+        print("| %d | %d | %s | %s | %s |" % (b, r, "%.3f" % n if n else "-", "%.3f" % g if g else "-", ratio))
+    print()
 for f in sorted(out.glob("*.jsonl")):
     lines = [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
     if not lines:
