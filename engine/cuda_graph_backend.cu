@@ -45,9 +45,9 @@ constexpr size_t kThrustTempBytes = size_t{1} << 20;
 struct CudaGraphBackend::Replica {
   int device = 0;
   int capacity = 0;  // rows of the captured step: the replica's largest share of any minibatch
+  Stream compute, copy;  // declared first, destroyed last: the handles below are bound to `compute`
   std::unique_ptr<cuda::DeviceContext> ctx;  // own handles and workspaces: replicas sharing a GPU run concurrently
   std::unique_ptr<cuda::CudaLenet> net;
-  Stream compute, copy;
   Event progress, joined;
   std::array<Event, kSlots> copied;  // on the copy stream, after a slot's host-to-device copies
   std::array<DeviceBuffer<float>, kSlots> x;
@@ -80,11 +80,11 @@ CudaGraphBackend::CudaGraphBackend(const CudaPlacement& placement, const std::ve
     rep->capacity = std::max(1, largest_share(placement.train_batch_rows, n_rep, r));
     const int dev = rep->device;
     const size_t cap = static_cast<size_t>(rep->capacity);
+    rep->compute = Stream(dev);
+    rep->copy = Stream(dev);
     rep->ctx = std::make_unique<cuda::DeviceContext>(dev);
     // The captured step always runs `capacity` rows (fewer are masked), so one row count is all cuDNN sees.
     rep->net = std::make_unique<cuda::CudaLenet>(*rep->ctx, rep->capacity, std::vector<int>{rep->capacity});
-    rep->compute = Stream(dev);
-    rep->copy = Stream(dev);
     rep->progress = Event(dev);
     rep->joined = Event(dev);
     DeviceGuard guard(dev);
