@@ -1,0 +1,651 @@
+// Checkpoints: the file is safetensors as PyTorch reads it (checked by a parser written here from the
+// format's description, not by load_checkpoint), a save/load round trip keeps every bit, every corrupt
+// file becomes a CheckpointError naming the file and the problem, and a failed save leaves the previous
+// checkpoint byte for byte as it was.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint.hpp"
+#include "model/lenet.hpp"
+
+namespace fs = std::filesystem;
+using lenet::engine::Checkpoint;
+using lenet::engine::CheckpointError;
+using lenet::engine::TrainingState;
+using lenet::model::kNumParameters;
+using lenet::model::tensor_specs;
+using Bytes = std::vector<uint8_t>;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "message: " << (haystack)
+
+uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+float float_of_bits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+// Real initial weights plus the values a careless writer would change: -0, a subnormal, infinities,
+// the largest float and a NaN with a payload (a round trip through double or text would lose it).
+std::vector<float> sample_parameters() {
+  std::vector<float> p = lenet::model::init_parameters<float>(42);
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == 0.0f) p[i] = static_cast<float>(i) * 1e-3f;  // biases: make every tensor distinguishable
+  }
+  p[0] = -0.0f;
+  p[1] = std::numeric_limits<float>::denorm_min();
+  p[2] = std::numeric_limits<float>::infinity();
+  p[3] = -std::numeric_limits<float>::infinity();
+  p[4] = FLT_MAX;
+  p[5] = float_of_bits(0x7fc12345u);
+  p.back() = float_of_bits(0xffa00001u);
+  return p;
+}
+
+TrainingState sample_state() {
+  TrainingState s;
+  s.epoch = 3;
+  s.epochs = 10;
+  s.seed = 0xfedcba9876543210ull;      // above 2^63: must not pass through a signed or double field
+  s.step = (uint64_t{1} << 53) + 1;    // not representable as a double
+  s.lr = 0.1 + 0.2;                    // 0.30000000000000004: needs 17 significant digits
+  s.batch_size = 256;
+  s.replicas = 3;
+  return s;
+}
+
+void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(bits_of(a[i]), bits_of(b[i])) << "parameter " << i;
+}
+
+void expect_same_state(const TrainingState& a, const TrainingState& b) {
+  EXPECT_EQ(a.epoch, b.epoch);
+  EXPECT_EQ(a.epochs, b.epochs);
+  EXPECT_EQ(a.seed, b.seed);
+  EXPECT_EQ(a.step, b.step);
+  uint64_t la, lb;
+  std::memcpy(&la, &a.lr, sizeof la);
+  std::memcpy(&lb, &b.lr, sizeof lb);
+  EXPECT_EQ(la, lb) << "lr " << a.lr << " vs " << b.lr;
+  EXPECT_EQ(a.batch_size, b.batch_size);
+  EXPECT_EQ(a.replicas, b.replicas);
+}
+
+uint64_t le64(const Bytes& b, size_t at) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t{b.at(at + i)} << (8 * i);
+  return v;
+}
+
+// A checkpoint taken apart by the format's rules alone: length, header text, data section.
+struct Parts {
+  uint64_t header_length = 0;
+  std::string header_text;
+  Bytes data;
+};
+
+Parts split(const Bytes& file) {
+  Parts p;
+  p.header_length = le64(file, 0);
+  p.header_text.assign(file.begin() + 8, file.begin() + 8 + static_cast<std::ptrdiff_t>(p.header_length));
+  p.data.assign(file.begin() + 8 + static_cast<std::ptrdiff_t>(p.header_length), file.end());
+  return p;
+}
+
+Bytes join(const std::string& header_text, const Bytes& data) {
+  Bytes b;
+  for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(uint64_t{header_text.size()} >> (8 * i)));
+  b.insert(b.end(), header_text.begin(), header_text.end());
+  b.insert(b.end(), data.begin(), data.end());
+  return b;
+}
+
+class CheckpointFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / ("lenet_test_checkpoint_" + std::to_string(::getpid()) + "_" + info->name() +
+                                        "_" + std::to_string(std::random_device{}()));
+    fs::create_directories(dir_);
+    path_ = (dir_ / "model.safetensors").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static Bytes read_back(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    EXPECT_TRUE(in.good()) << path;
+    return Bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+
+  std::string write_raw(const std::string& name, const Bytes& bytes) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    EXPECT_TRUE(out.good()) << path;
+    return path;
+  }
+
+  // A valid checkpoint as save_checkpoint writes it.
+  Bytes valid_bytes() {
+    lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
+    return read_back(path_);
+  }
+
+  // The valid checkpoint with its header changed by `edit` (and the data section by `edit_data`).
+  Bytes edited(const std::function<void(json&)>& edit, const std::function<void(Bytes&)>& edit_data = nullptr) {
+    Parts p = split(valid_bytes());
+    json header = json::parse(p.header_text);
+    edit(header);
+    if (edit_data) edit_data(p.data);
+    return join(header.dump(), p.data);
+  }
+
+  // Writes `bytes` to a file, requires load_checkpoint to throw CheckpointError naming that file, and
+  // returns the message so callers can check it names the problem.
+  std::string rejection(const Bytes& bytes, const std::string& name = "corrupt.safetensors") {
+    const std::string path = write_raw(name, bytes);
+    try {
+      lenet::engine::load_checkpoint(path);
+    } catch (const CheckpointError& e) {
+      EXPECT_CONTAINS(e.what(), path);
+      return e.what();
+    }
+    ADD_FAILURE() << "expected lenet::engine::CheckpointError for " << bytes.size() << " bytes";
+    return "";
+  }
+
+  std::vector<std::string> folder_entries() const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  fs::path dir_;
+  std::string path_;
+};
+
+// ---- the file as written ----------------------------------------------------------------------------
+
+TEST_F(CheckpointFiles, RoundTripKeepsEveryBitOfParametersAndState) {
+  lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
+  const Checkpoint c = lenet::engine::load_checkpoint(path_);
+  expect_same_bits(c.parameters, sample_parameters());
+  expect_same_state(c.state, sample_state());
+}
+
+TEST_F(CheckpointFiles, LrRoundTripsExactlyForAwkwardValues) {
+  for (const double lr : {0.2, 1.0 / 3.0, 1e-300, 5e-324, DBL_MAX, 123456789.123456789, 0.1 + 0.7}) {
+    TrainingState s = sample_state();
+    s.lr = lr;
+    lenet::engine::save_checkpoint(path_, sample_parameters(), s);
+    expect_same_state(lenet::engine::load_checkpoint(path_).state, s);
+  }
+}
+
+// The layout PyTorch's safetensors.torch.load_file expects, read without load_checkpoint.
+TEST_F(CheckpointFiles, IndependentReaderFindsSafetensorsLayout) {
+  const std::vector<float> params = sample_parameters();
+  lenet::engine::save_checkpoint(path_, params, sample_state());
+  const Bytes file = read_back(path_);
+  ASSERT_GE(file.size(), 8u);
+  const Parts p = split(file);
+  ASSERT_EQ(file.size(), 8 + p.header_length + 4 * kNumParameters) << "length, header and float32 data, nothing else";
+
+  const nlohmann::json header = nlohmann::json::parse(p.header_text);
+  ASSERT_TRUE(header.is_object());
+  EXPECT_EQ(header.size(), tensor_specs().size() + 1) << header.dump();
+
+  const nlohmann::json& meta = header.at("__metadata__");
+  for (const auto& [key, value] : meta.items()) EXPECT_TRUE(value.is_string()) << key << " = " << value;
+  EXPECT_EQ(meta.at("format"), "lenet-dp checkpoint 1");
+  EXPECT_EQ(meta.at("epoch"), "3");
+  EXPECT_EQ(meta.at("epochs"), "10");
+  EXPECT_EQ(meta.at("seed"), "18364758544493064720");
+  EXPECT_EQ(meta.at("step"), "9007199254740993");
+  EXPECT_EQ(std::stod(meta.at("lr").get<std::string>()), 0.1 + 0.2);
+  EXPECT_EQ(meta.at("batch_size"), "256");
+  EXPECT_EQ(meta.at("replicas"), "3");
+
+  // PyTorch's names and shapes, fully connected weights [out, in], in flat-buffer order, contiguous.
+  const std::vector<std::pair<std::string, std::vector<int>>> torch_shapes = {
+      {"conv1.weight", {20, 1, 3, 3}}, {"conv1.bias", {20}},       {"conv2.weight", {50, 20, 5, 5}},
+      {"conv2.bias", {50}},            {"fc1.weight", {128, 800}}, {"fc1.bias", {128}},
+      {"fc2.weight", {10, 128}},       {"fc2.bias", {10}}};
+  uint64_t expected_begin = 0;
+  size_t flat = 0;
+  for (const auto& [name, shape] : torch_shapes) {
+    SCOPED_TRACE(name);
+    const nlohmann::json& t = header.at(name);
+    EXPECT_EQ(t.size(), 3u) << t.dump();
+    EXPECT_EQ(t.at("dtype"), "F32");
+    EXPECT_EQ(t.at("shape").get<std::vector<int>>(), shape);
+    const auto offsets = t.at("data_offsets").get<std::vector<uint64_t>>();
+    ASSERT_EQ(offsets.size(), 2u);
+    size_t elements = 1;
+    for (int d : shape) elements *= static_cast<size_t>(d);
+    EXPECT_EQ(offsets[0], expected_begin);
+    ASSERT_EQ(offsets[1], offsets[0] + 4 * elements);
+    ASSERT_LE(offsets[1], p.data.size());
+    for (size_t i = 0; i < elements; ++i, ++flat) {
+      const size_t at = offsets[0] + 4 * i;
+      const uint32_t le = uint32_t{p.data[at]} | (uint32_t{p.data[at + 1]} << 8) | (uint32_t{p.data[at + 2]} << 16) |
+                          (uint32_t{p.data[at + 3]} << 24);
+      ASSERT_EQ(le, bits_of(params[flat])) << "element " << i << " of " << name;
+    }
+    expected_begin = offsets[1];
+  }
+  EXPECT_EQ(flat, kNumParameters);
+  EXPECT_EQ(expected_begin, p.data.size());
+}
+
+TEST_F(CheckpointFiles, DataSectionStartsEightByteAlignedAfterSpacePadding) {
+  // Seeds of 1 to 8 digits make the JSON text take every length mod 8, so some of them need padding.
+  std::set<size_t> padding_seen;
+  uint64_t seed = 1;
+  for (int digits = 1; digits <= 8; ++digits, seed *= 10) {
+    TrainingState s = sample_state();
+    s.seed = seed;
+    lenet::engine::save_checkpoint(path_, sample_parameters(), s);
+    const Parts p = split(read_back(path_));
+    EXPECT_EQ((8 + p.header_length) % 8, 0u) << "header length " << p.header_length << ", seed " << seed;
+    const size_t json_end = p.header_text.find_last_of('}');
+    ASSERT_NE(json_end, std::string::npos);
+    const size_t padding = p.header_text.size() - json_end - 1;
+    EXPECT_LT(padding, 8u) << "no more padding than alignment needs";
+    for (size_t i = json_end + 1; i < p.header_text.size(); ++i) EXPECT_EQ(p.header_text[i], ' ') << "byte " << i;
+    padding_seen.insert(padding);
+  }
+  EXPECT_EQ(padding_seen.size(), 8u) << "every amount of padding 0..7 should occur once";
+}
+
+TEST_F(CheckpointFiles, LoadFromBytesNamesTheGivenName) {
+  const Bytes b = valid_bytes();
+  expect_same_bits(lenet::engine::load_checkpoint_bytes(b.data(), b.size(), "memory").parameters, sample_parameters());
+  try {
+    lenet::engine::load_checkpoint_bytes(b.data(), 7, "in-memory copy");
+    ADD_FAILURE() << "expected CheckpointError";
+  } catch (const CheckpointError& e) {
+    EXPECT_CONTAINS(e.what(), "in-memory copy");
+  }
+}
+
+// ---- saving -----------------------------------------------------------------------------------------
+
+TEST_F(CheckpointFiles, OverwritingAnExistingCheckpointReplacesIt) {
+  TrainingState first = sample_state();
+  lenet::engine::save_checkpoint(path_, sample_parameters(), first);
+  std::vector<float> later = lenet::model::init_parameters<float>(7);
+  TrainingState second = sample_state();
+  second.epoch = 4;
+  second.step = 1000;
+  lenet::engine::save_checkpoint(path_, later, second);
+  const Checkpoint c = lenet::engine::load_checkpoint(path_);
+  expect_same_bits(c.parameters, later);
+  expect_same_state(c.state, second);
+  EXPECT_EQ(folder_entries(), std::vector<std::string>{"model.safetensors"}) << "no temporary file left";
+}
+
+TEST_F(CheckpointFiles, FailedWriteLeavesPreviousCheckpointIntactAndNoTemporaryFile) {
+  lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
+  const Bytes before = read_back(path_);
+  const uint64_t header_end = 8 + split(before).header_length;
+  // A disk that fills after `room` bytes: writes succeed up to it, then fail with ENOSPC.
+  for (const size_t room : {size_t{0}, size_t{1}, size_t{8}, size_t(header_end), before.size() / 2, before.size() - 1}) {
+    SCOPED_TRACE("room " + std::to_string(room));
+    size_t written = 0;
+    const lenet::engine::CheckpointWriteFunction full_disk = [&](int fd, const void* data, size_t size) -> ssize_t {
+      if (written >= room) {
+        errno = ENOSPC;
+        return -1;
+      }
+      const ssize_t n = ::write(fd, data, std::min(size, room - written));
+      if (n > 0) written += static_cast<size_t>(n);
+      return n;
+    };
+    TrainingState other = sample_state();
+    other.epoch = 9;
+    try {
+      lenet::engine::save_checkpoint(path_, lenet::model::init_parameters<float>(99), other, full_disk);
+      ADD_FAILURE() << "expected CheckpointError";
+    } catch (const CheckpointError& e) {
+      EXPECT_CONTAINS(e.what(), path_);
+      EXPECT_CONTAINS(e.what(), std::strerror(ENOSPC));
+    }
+    EXPECT_EQ(read_back(path_), before) << "the previous checkpoint must be unchanged, byte for byte";
+    EXPECT_EQ(folder_entries(), std::vector<std::string>{"model.safetensors"}) << "temporary file left behind";
+  }
+}
+
+TEST_F(CheckpointFiles, ShortWritesAndInterruptionsAreRetried) {
+  int calls = 0;
+  const lenet::engine::CheckpointWriteFunction trickle = [&](int fd, const void* data, size_t size) -> ssize_t {
+    if (++calls % 3 == 1) {
+      errno = EINTR;  // a signal arrived before anything was written
+      return -1;
+    }
+    return ::write(fd, data, std::min<size_t>(size, 4093));
+  };
+  lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state(), trickle);
+  EXPECT_GT(calls, 100);
+  const Checkpoint c = lenet::engine::load_checkpoint(path_);
+  expect_same_bits(c.parameters, sample_parameters());
+  expect_same_state(c.state, sample_state());
+}
+
+TEST_F(CheckpointFiles, WriteThatMakesNoProgressFailsInsteadOfLooping) {
+  const lenet::engine::CheckpointWriteFunction stuck = [](int, const void*, size_t) -> ssize_t { return 0; };
+  EXPECT_THROW(lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state(), stuck), CheckpointError);
+  EXPECT_TRUE(folder_entries().empty());
+}
+
+TEST_F(CheckpointFiles, SavingIntoMissingFolderNamesThePath) {
+  const std::string path = (dir_ / "no_such_folder" / "model.safetensors").string();
+  try {
+    lenet::engine::save_checkpoint(path, sample_parameters(), sample_state());
+    ADD_FAILURE() << "expected CheckpointError";
+  } catch (const CheckpointError& e) {
+    EXPECT_CONTAINS(e.what(), path);
+    EXPECT_CONTAINS(e.what(), std::strerror(ENOENT));
+  }
+  EXPECT_TRUE(folder_entries().empty());
+}
+
+TEST_F(CheckpointFiles, SavingIntoTheCurrentFolderByBareName) {
+  const fs::path previous = fs::current_path();
+  fs::current_path(dir_);
+  lenet::engine::save_checkpoint("bare.safetensors", sample_parameters(), sample_state());
+  fs::current_path(previous);
+  expect_same_bits(lenet::engine::load_checkpoint((dir_ / "bare.safetensors").string()).parameters, sample_parameters());
+}
+
+TEST_F(CheckpointFiles, SaveRejectsWrongParameterCountAndUnresumableStateWritingNothing) {
+  std::vector<float> short_params(kNumParameters - 1, 0.0f);
+  try {
+    lenet::engine::save_checkpoint(path_, short_params, sample_state());
+    ADD_FAILURE() << "expected CheckpointError";
+  } catch (const CheckpointError& e) {
+    EXPECT_CONTAINS(e.what(), path_);
+    EXPECT_CONTAINS(e.what(), std::to_string(kNumParameters));
+  }
+  const std::vector<std::pair<std::string, std::function<void(TrainingState&)>>> bad = {
+      {"epochs", [](TrainingState& s) { s.epochs = 0; }},
+      {"epoch", [](TrainingState& s) { s.epoch = s.epochs + 1; }},
+      {"epoch", [](TrainingState& s) { s.epoch = -1; }},
+      {"lr", [](TrainingState& s) { s.lr = std::nan(""); }},
+      {"lr", [](TrainingState& s) { s.lr = -0.1; }},
+      {"batch_size", [](TrainingState& s) { s.batch_size = 0; }},
+      {"replicas", [](TrainingState& s) { s.replicas = 0; }},
+  };
+  for (const auto& [field, spoil] : bad) {
+    TrainingState s = sample_state();
+    spoil(s);
+    try {
+      lenet::engine::save_checkpoint(path_, sample_parameters(), s);
+      ADD_FAILURE() << "expected CheckpointError for " << field;
+    } catch (const CheckpointError& e) {
+      EXPECT_CONTAINS(e.what(), field);
+    }
+  }
+  EXPECT_TRUE(folder_entries().empty());
+}
+
+// ---- loading: every corruption named ------------------------------------------------------------------
+
+TEST_F(CheckpointFiles, MissingFileAndFolderAreRejected) {
+  const std::string missing = (dir_ / "absent.safetensors").string();
+  try {
+    lenet::engine::load_checkpoint(missing);
+    ADD_FAILURE() << "expected CheckpointError";
+  } catch (const CheckpointError& e) {
+    EXPECT_CONTAINS(e.what(), missing);
+    EXPECT_CONTAINS(e.what(), std::strerror(ENOENT));
+  }
+  EXPECT_THROW(lenet::engine::load_checkpoint(dir_.string()), CheckpointError);
+}
+
+TEST_F(CheckpointFiles, TruncatedFilesAreRejected) {
+  const Bytes full = valid_bytes();
+  const size_t header_end = 8 + split(full).header_length;
+  for (const size_t length : {size_t{0}, size_t{1}, size_t{7}}) {
+    EXPECT_CONTAINS(rejection(Bytes(full.begin(), full.begin() + length)), "shorter than the 8-byte header length");
+  }
+  for (const size_t length : {size_t{8}, size_t{9}, header_end / 2, header_end - 1}) {
+    const std::string m = rejection(Bytes(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(length)));
+    EXPECT_CONTAINS(m, "runs past the end of the file");
+  }
+  for (const size_t length : {header_end, header_end + 1, full.size() / 2, full.size() - 4, full.size() - 1}) {
+    const std::string m = rejection(Bytes(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(length)));
+    EXPECT_CONTAINS(m, "truncated");
+    EXPECT_CONTAINS(m, std::to_string(4 * kNumParameters));
+  }
+}
+
+TEST_F(CheckpointFiles, AbsurdOrOverlongHeaderLengthIsRejected) {
+  Bytes b = valid_bytes();
+  for (int i = 0; i < 8; ++i) b[i] = 0xff;
+  EXPECT_CONTAINS(rejection(b), "header length 18446744073709551615 is absurd");
+  b = valid_bytes();
+  const uint64_t just_over_cap = lenet::engine::kMaxCheckpointHeaderBytes + 1;
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(just_over_cap >> (8 * i));
+  EXPECT_CONTAINS(rejection(b), "absurd");
+  b = valid_bytes();
+  const uint64_t past_end = b.size() - 7;  // under the cap, one byte more than the file holds
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(past_end >> (8 * i));
+  EXPECT_CONTAINS(rejection(b), "header length " + std::to_string(past_end) + " runs past the end of the file");
+}
+
+TEST_F(CheckpointFiles, HeaderThatIsNotJsonIsRejected) {
+  const Parts p = split(valid_bytes());
+  std::string text = p.header_text;
+  text[text.find(':')] = ';';
+  EXPECT_CONTAINS(rejection(join(text, p.data)), "header is not valid JSON");
+  EXPECT_CONTAINS(rejection(join(std::string(p.header_text.size(), '\0'), p.data)), "header is not valid JSON");
+  EXPECT_CONTAINS(rejection(join("{\"a\":\"\xff\"}", p.data)), "header is not valid JSON");  // not UTF-8
+}
+
+TEST_F(CheckpointFiles, HeaderThatIsNotAnObjectIsRejected) {
+  const Parts p = split(valid_bytes());
+  EXPECT_CONTAINS(rejection(join("[1,2,3]", p.data)), "not a JSON object");
+  EXPECT_CONTAINS(rejection(join("\"conv1.weight\"", p.data)), "not a JSON object");
+  EXPECT_CONTAINS(rejection(join(std::string(p.header_text.size(), ' '), p.data)), "not valid JSON");
+}
+
+TEST_F(CheckpointFiles, WrongShapeIsRejected) {
+  // The transposed fully connected weight: same size, the layout PyTorch would misread.
+  const std::string m = rejection(edited([](json& h) { h["fc1.weight"]["shape"] = {800, 128}; }));
+  EXPECT_CONTAINS(m, "'fc1.weight' has shape [800,128], expected [128,800]");
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["conv1.bias"]["shape"] = {20, 1}; })), "'conv1.bias' has shape");
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["conv1.bias"]["shape"] = {-20}; })), "non-negative integers");
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["conv1.bias"]["shape"] = "20"; })), "not an array");
+}
+
+TEST_F(CheckpointFiles, WrongDtypeIsRejected) {
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["conv2.weight"]["dtype"] = "F16"; })),
+                  "'conv2.weight' has dtype \"F16\", expected \"F32\"");
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["conv2.weight"]["dtype"] = 32; })), "dtype 32");
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["conv2.weight"].erase("dtype"); })), "has no \"dtype\"");
+}
+
+TEST_F(CheckpointFiles, MalformedDataOffsetsAreRejected) {
+  const std::vector<std::pair<json, std::string>> cases = {
+      {json::array({-4, 76}), "non-negative integers"},
+      {json::array({720.0, 800.0}), "non-negative integers"},
+      {json::array({720, 800, 880}), "expected [begin,end]"},
+      {json::array({800, 720}), "negative length"},
+      {json::array({720, 804}), "spanning 84 bytes, expected 80"},
+      {json("720-800"), "expected [begin,end]"},
+  };
+  for (const auto& c : cases) {  // not a structured binding: C++17 lambdas cannot capture one
+    const json& offsets = c.first;
+    const std::string m = rejection(edited([&](json& h) { h["conv1.bias"]["data_offsets"] = offsets; }));
+    EXPECT_CONTAINS(m, "'conv1.bias' has data_offsets");
+    EXPECT_CONTAINS(m, c.second);
+  }
+}
+
+TEST_F(CheckpointFiles, OverlappingOffsetsAreRejected) {
+  // conv1.bias moved 4 bytes back onto the last float of conv1.weight.
+  const std::string m = rejection(edited([](json& h) { h["conv1.bias"]["data_offsets"] = {716, 796}; }));
+  EXPECT_CONTAINS(m, "'conv1.bias' at bytes [716,796) overlaps tensor 'conv1.weight'");
+  // fc2.bias (40 bytes) on the first half of conv1.bias; the 40 bytes it leaves at the end are no excuse.
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["fc2.bias"]["data_offsets"] = {720, 760}; })), "overlaps");
+}
+
+TEST_F(CheckpointFiles, GapInOffsetsIsRejected) {
+  // Every tensor after conv1.weight moved 4 bytes on, with 4 bytes more data: sizes and total agree,
+  // but 4 bytes belong to no tensor.
+  const std::string m = rejection(edited(
+      [](json& h) {
+        for (auto& [name, entry] : h.items()) {
+          if (name == "__metadata__" || name == "conv1.weight") continue;
+          entry["data_offsets"][0] = entry["data_offsets"][0].get<uint64_t>() + 4;
+          entry["data_offsets"][1] = entry["data_offsets"][1].get<uint64_t>() + 4;
+        }
+      },
+      [](Bytes& data) { data.insert(data.begin() + 720, 4, 0); }));
+  EXPECT_CONTAINS(m, "gap of 4 bytes between tensor 'conv1.weight' and tensor 'conv1.bias'");
+  // The data not starting at 0 is a gap too.
+  const std::string first = rejection(edited(
+      [](json& h) {
+        for (auto& [name, entry] : h.items()) {
+          if (name == "__metadata__") continue;
+          entry["data_offsets"][0] = entry["data_offsets"][0].get<uint64_t>() + 8;
+          entry["data_offsets"][1] = entry["data_offsets"][1].get<uint64_t>() + 8;
+        }
+      },
+      [](Bytes& data) { data.insert(data.begin(), 8, 0); }));
+  EXPECT_CONTAINS(first, "gap of 8 bytes between the start of the data and tensor 'conv1.weight'");
+}
+
+TEST_F(CheckpointFiles, ExtraTrailingBytesAreRejected) {
+  Bytes b = valid_bytes();
+  b.push_back(0);
+  EXPECT_CONTAINS(rejection(b), "1 unexpected bytes after the last tensor");
+  b.insert(b.end(), 99, 0x41);
+  EXPECT_CONTAINS(rejection(b), "100 unexpected bytes after the last tensor");
+}
+
+TEST_F(CheckpointFiles, MissingTensorIsRejected) {
+  for (const auto& t : tensor_specs()) {
+    const std::string m = rejection(edited([&](json& h) { h.erase(t.name); }));
+    EXPECT_CONTAINS(m, std::string("missing tensor '") + t.name + "'");
+  }
+}
+
+TEST_F(CheckpointFiles, UnknownTensorIsRejected) {
+  const std::string m = rejection(edited([](json& h) {
+    h["fc3.weight"] = {{"dtype", "F32"}, {"shape", {0}}, {"data_offsets", {516272, 516272}}};
+  }));
+  EXPECT_CONTAINS(m, "unknown tensor \"fc3.weight\"");
+}
+
+TEST_F(CheckpointFiles, UnknownFieldInTensorEntryIsRejected) {
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["fc2.bias"]["stride"] = {1}; })),
+                  "'fc2.bias' has an unknown field \"stride\"");
+}
+
+TEST_F(CheckpointFiles, RepeatedKeyIsRejected) {
+  // nlohmann keeps the last of two equal keys; a file that says two things must not load as either.
+  const Parts p = split(valid_bytes());
+  std::string text = p.header_text;
+  const size_t at = text.find("\"replicas\":\"3\"");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.insert(at, "\"replicas\":\"2\",");
+  EXPECT_CONTAINS(rejection(join(text, p.data)), "repeats the key \"replicas\"");
+}
+
+TEST_F(CheckpointFiles, MissingMetadataIsRejected) {
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h.erase("__metadata__"); })), "no \"__metadata__\"");
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"] = "epoch 3"; })), "not an object");
+  for (const char* field : {"format", "epoch", "epochs", "seed", "step", "lr", "batch_size", "replicas"}) {
+    const std::string m = rejection(edited([&](json& h) { h["__metadata__"].erase(field); }));
+    EXPECT_CONTAINS(m, std::string("__metadata__ has no \"") + field + "\"");
+  }
+}
+
+TEST_F(CheckpointFiles, UnparsableMetadataIsRejected) {
+  const std::vector<std::pair<std::string, std::string>> numbers = {
+      {"epoch", "3x"}, {"epoch", "-1"}, {"epoch", ""}, {"epoch", " 3"}, {"epochs", "1e1"}, {"epochs", "+10"},
+      {"seed", "18446744073709551616"},  // 2^64
+      {"step", "0x10"}, {"batch_size", "256.0"}, {"replicas", "three"}};
+  for (const auto& c : numbers) {
+    const std::string &field = c.first, &value = c.second;
+    const std::string m = rejection(edited([&](json& h) { h["__metadata__"][field] = value; }));
+    EXPECT_CONTAINS(m, "__metadata__ \"" + field + "\" is \"" + value + "\", not a non-negative integer");
+  }
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"]["epochs"] = "2147483648"; })), "too large");
+  for (const std::string lr : {"abc", "0.2x", "", " 0.2"}) {
+    const std::string m = rejection(edited([&](json& h) { h["__metadata__"]["lr"] = lr; }));
+    EXPECT_CONTAINS(m, "__metadata__ \"lr\" is \"" + lr + "\", not a number");
+  }
+  for (const std::string lr : {"nan", "inf", "0", "-0.2"}) {
+    EXPECT_CONTAINS(rejection(edited([&](json& h) { h["__metadata__"]["lr"] = lr; })), "lr is");
+  }
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"]["epoch"] = "11"; })), "epoch is 11");
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"]["epoch"] = 3; })),
+                  "__metadata__ \"epoch\" is 3, not a string");
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"]["format"] = "lenet-dp checkpoint 2"; })),
+                  "expected \"lenet-dp checkpoint 1\"");
+}
+
+TEST_F(CheckpointFiles, ExtraMetadataStringsAreAccepted) {
+  // Tools that copy safetensors files may add their own metadata; only the fields we need are required.
+  const Bytes b = edited([](json& h) { h["__metadata__"]["note"] = "copied"; });
+  expect_same_state(lenet::engine::load_checkpoint_bytes(b.data(), b.size(), "x").state, sample_state());
+}
+
+// No byte of the length or header, changed to any of a few values, may do worse than a CheckpointError:
+// a cheap, deterministic cousin of tests/fuzz/fuzz_checkpoint.cpp that runs with every build.
+TEST_F(CheckpointFiles, EveryHeaderByteCorruptedLoadsOrThrowsCheckpointError) {
+  Bytes b = valid_bytes();
+  const size_t header_end = 8 + split(b).header_length;
+  size_t rejected = 0, loaded = 0;
+  for (size_t i = 0; i < header_end; ++i) {
+    const uint8_t original = b[i];
+    for (const uint8_t v : {uint8_t{0}, uint8_t{'"'}, uint8_t{'9'}, uint8_t{'}'}, uint8_t(original ^ 0x80)}) {
+      if (v == original) continue;
+      b[i] = v;
+      try {
+        lenet::engine::load_checkpoint_bytes(b.data(), b.size(), "flipped");
+        ++loaded;  // e.g. a digit of the seed changed: still a valid checkpoint
+      } catch (const CheckpointError&) {
+        ++rejected;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "byte " << i << " = " << int(v) << ": " << e.what();
+      }
+    }
+    b[i] = original;
+  }
+  EXPECT_GT(rejected, header_end);
+  EXPECT_GT(loaded, 0u);
+}
+
+}  // namespace
