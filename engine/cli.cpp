@@ -1,12 +1,15 @@
 #include "engine/cli.hpp"
 
+#include <csignal>
 #include <cmath>
 #include <iostream>
+#include <sstream>
 #include <memory>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 
+#include "engine/checkpoint.hpp"
 #include "engine/cpu_backend.hpp"
 #include "engine/cuda_graph_backend.hpp"
 #include "engine/cuda_naive_backend.hpp"
@@ -28,7 +31,9 @@ void validate(const CliOptions& o) {
   const TrainOptions& t = o.train;
   if (t.batch_size < 1) throw UsageError("--batch-size " + std::to_string(t.batch_size) + ": must be at least 1");
   if (!std::isfinite(t.lr) || t.lr <= 0) throw UsageError("--lr " + std::to_string(t.lr) + ": must be a finite number > 0");
-  if (t.epochs < 1) throw UsageError("--epochs " + std::to_string(t.epochs) + ": must be at least 1");
+  if (t.epochs < 0 || (t.epochs == 0 && o.load_path.empty()))
+    throw UsageError("--epochs " + std::to_string(t.epochs) + ": must be at least 1 (0 only with --load, to evaluate)");
+  if (!o.load_path.empty() && !o.resume_path.empty()) throw UsageError("--load and --resume: give one of them");
   if (o.num_gpus && *o.num_gpus < 1) throw UsageError("--num-gpus " + std::to_string(*o.num_gpus) + ": must be at least 1");
   if (o.replicas && *o.replicas < 1) throw UsageError("--replicas " + std::to_string(*o.replicas) + ": must be at least 1");
   if (o.replicas && *o.replicas > t.batch_size) {
@@ -53,14 +58,13 @@ void check_replicas(int replicas, int batch) {
   }
 }
 
-std::unique_ptr<Backend> make_cpu_backend(const CliOptions& o) {
+std::unique_ptr<Backend> make_cpu_backend(const CliOptions& o, const std::vector<float>& start) {
   // Replica count already checked against the batch size before the data was loaded.
-  return std::make_unique<CpuBackend>(o.replicas.value_or(o.num_gpus.value_or(1)),
-                                      model::init_parameters<float>(o.train.seed));
+  return std::make_unique<CpuBackend>(o.replicas.value_or(o.num_gpus.value_or(1)), start);
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const CliOptions& o, const CudaProbe& probe, const io::FashionMnist& data,
-                                           std::ostream& notice) {
+                                           const std::vector<float>& start, std::ostream& notice) {
   const int visible = probe.devices;
   const int num_gpus = o.num_gpus.value_or(visible);
   if (num_gpus > visible) {
@@ -74,7 +78,6 @@ std::unique_ptr<Backend> make_cuda_backend(const CliOptions& o, const CudaProbe&
   check_replicas(placement.replicas, o.train.batch_size);
   placement.train_batch_rows = batch_sizes(data.train.size(), o.train.batch_size);
   placement.eval_batch_rows = batch_sizes(data.test.size(), o.train.batch_size);
-  const std::vector<float> start = model::init_parameters<float>(o.train.seed);
   std::vector<std::string> report;
   std::unique_ptr<Backend> backend;
   if (o.mode == "naive") {
@@ -116,6 +119,9 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   app.add_option("--test-limit", test_limit, "Use only the first N test examples");
   app.add_option("--metrics", o.train.metrics_path, "Write one JSON object per epoch to FILE (JSON Lines)");
   app.add_flag("--quiet", o.train.quiet, "No progress display");
+  app.add_option("--save", o.save_path, "Write the parameters and training state to FILE (safetensors) after every epoch");
+  app.add_option("--load", o.load_path, "Start from the parameters in FILE; with --epochs 0 only evaluate them");
+  app.add_option("--resume", o.resume_path, "Continue the run checkpointed in FILE up to --epochs in total");
   app.set_version_flag("--version", version_text());
   try {
     app.parse(argc, argv);
@@ -129,6 +135,10 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
     throw UsageError(std::string(e.what()) + " (see --help)");
   }
   if (app.count("--num-gpus")) o.num_gpus = num_gpus;
+  o.epochs_given = app.count("--epochs") > 0;
+  o.seed_given = app.count("--seed") > 0;
+  o.lr_given = app.count("--lr") > 0;
+  o.batch_given = app.count("--batch-size") > 0;
   if (app.count("--replicas")) o.replicas = replicas;
   if (app.count("--train-limit") && train_limit < 1) throw UsageError("--train-limit " + std::to_string(train_limit) + ": must be at least 1");
   if (app.count("--test-limit") && test_limit < 1) throw UsageError("--test-limit " + std::to_string(test_limit) + ": must be at least 1");
@@ -138,11 +148,59 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   return o;
 }
 
+namespace {
+
+// The first SIGINT/SIGTERM asks the training loop to stop after its current step; a second one ends the
+// process at once. Only async-signal-safe work happens in the handler.
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int signal) {
+  if (g_stop_signal != 0) _exit(128 + signal);
+  g_stop_signal = signal;
+}
+
+void install_stop_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+// A resumed run takes its settings from the checkpoint; a flag that contradicts them is a usage error.
+void apply_resume_state(CliOptions& o, const TrainingState& st) {
+  auto conflict = [&](bool given, bool differs, const std::string& flag, const std::string& saved) {
+    if (given && differs) throw UsageError(flag + " differs from the value " + saved + " saved in --resume " + o.resume_path);
+  };
+  conflict(o.seed_given, o.train.seed != st.seed, "--seed", std::to_string(st.seed));
+  std::ostringstream saved_lr;
+  saved_lr << st.lr;
+  conflict(o.lr_given, o.train.lr != st.lr, "--lr", saved_lr.str());
+  conflict(o.batch_given, o.train.batch_size != st.batch_size, "--batch-size", std::to_string(st.batch_size));
+  conflict(o.replicas.has_value(), o.replicas.value_or(st.replicas) != st.replicas, "--replicas",
+           std::to_string(st.replicas));
+  o.train.seed = st.seed;
+  o.train.lr = st.lr;
+  o.train.batch_size = st.batch_size;
+  o.replicas = st.replicas;
+  if (!o.epochs_given) o.train.epochs = st.epochs;
+  o.train.start_step = st.step;
+}
+
+}  // namespace
+
 int run_cli(int argc, const char* const* argv) {
   try {
     const std::optional<CliOptions> parsed = parse_cli(argc, argv);
     if (!parsed) return 0;
-    const CliOptions& o = *parsed;
+    CliOptions o = *parsed;
+    install_stop_handlers();
+    std::optional<Checkpoint> checkpoint;
+    if (!o.load_path.empty()) checkpoint = load_checkpoint(o.load_path);
+    if (!o.resume_path.empty()) {
+      checkpoint = load_checkpoint(o.resume_path);
+      apply_resume_state(o, checkpoint->state);
+    }
     // --backend auto: CUDA when a device answers, else the CPU with a one-line notice.
     const CudaProbe probe = o.backend == "cpu" ? CudaProbe{} : probe_cuda();
     if (o.backend == "cuda" && !probe.ok())
@@ -152,11 +210,48 @@ int run_cli(int argc, const char* const* argv) {
       std::cerr << kProgram << ": no CUDA device answers (" << probe.describe() << "); training on the CPU" << std::endl;
     if (!use_cuda) check_replicas(o.replicas.value_or(o.num_gpus.value_or(1)), o.train.batch_size);
     const io::FashionMnist data = io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), o.train_limit, o.test_limit);
-    const std::unique_ptr<Backend> backend = use_cuda ? make_cuda_backend(o, probe, data, std::cerr) : make_cpu_backend(o);
+    const uint64_t batches = (data.train.size() + static_cast<size_t>(o.train.batch_size) - 1) /
+                             static_cast<size_t>(o.train.batch_size);
+    if (!o.resume_path.empty() && o.train.start_step >= batches * static_cast<uint64_t>(o.train.epochs)) {
+      throw UsageError("--resume " + o.resume_path + ": the run already did " + std::to_string(o.train.start_step) +
+                       " steps, all of --epochs " + std::to_string(o.train.epochs) + "; raise --epochs to go on");
+    }
+    const std::vector<float> start = checkpoint ? checkpoint->parameters : model::init_parameters<float>(o.train.seed);
+    const std::unique_ptr<Backend> backend =
+        use_cuda ? make_cuda_backend(o, probe, data, start, std::cerr) : make_cpu_backend(o, start);
+
+    if (o.train.epochs == 0) {  // --epochs 0 --load FILE: evaluate only
+      const double acc = static_cast<double>(backend->count_correct(data.test, o.train.batch_size)) /
+                         static_cast<double>(data.test.size());
+      std::cout << final_line(acc, -1, backend->devices()) << std::endl;
+      return 0;
+    }
+    bool saved = false;
+    if (!o.save_path.empty()) {
+      const int replicas = static_cast<int>(backend->devices().size());
+      o.train.checkpoint = [&, replicas](int completed_epochs, uint64_t steps) {
+        save_checkpoint(o.save_path, backend->parameters(0),
+                        {completed_epochs, o.train.epochs, o.train.seed, steps, o.train.lr, o.train.batch_size, replicas});
+        saved = true;
+      };
+    }
+    o.train.stop_requested = [] { return static_cast<int>(g_stop_signal); };
     const bool terminal = ::isatty(STDERR_FILENO) == 1;
-    const TrainResult result = train(*backend, data, o.train, std::cerr, terminal);
-    std::cout << final_line(result.epochs.back().test_acc, result.mean_epoch_seconds, backend->devices()) << std::endl;
-    return 0;
+    try {
+      const TrainResult result = train(*backend, data, o.train, std::cerr, terminal);
+      if (!result.epochs.empty())
+        std::cout << final_line(result.epochs.back().test_acc, result.mean_epoch_seconds, backend->devices()) << std::endl;
+      return 0;
+    } catch (const TrainingStopped& e) {
+      std::cerr << kProgram << ": " << e.what()
+                << (o.save_path.empty() ? "; no --save given, nothing written" : "; checkpoint written to " + o.save_path)
+                << std::endl;
+      return 128 + e.signal;
+    } catch (const TrainingDiverged& e) {
+      std::cerr << kProgram << ": error: " << e.what()
+                << (saved ? "; the last good checkpoint stays in " + o.save_path : std::string()) << std::endl;
+      return 1;
+    }
   } catch (const UsageError& e) {
     std::cerr << kProgram << ": " << e.what() << std::endl;
     return 2;

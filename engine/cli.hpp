@@ -1,5 +1,5 @@
-// lenet-train's command line: flags to options, backend choice, exit statuses (0 done, 1 runtime error,
-// 2 usage error).
+// lenet-train's command line: flags to options, backend choice, checkpoints, signals, exit statuses
+// (0 done, 1 runtime error, 2 usage error, 128 + signal when stopped by SIGINT or SIGTERM).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -18,6 +18,11 @@ struct CliOptions {
   std::string data_dir;
   size_t train_limit = 0;  // 0: all
   size_t test_limit = 0;
+  std::string save_path;    // --save: checkpoint after every epoch and when stopped
+  std::string load_path;    // --load: start from a checkpoint's parameters
+  std::string resume_path;  // --resume: continue a checkpointed run where it stopped
+  // Which of the flags a checkpoint also records were given (a resumed run must not contradict them).
+  bool epochs_given = false, seed_given = false, lr_given = false, batch_given = false;
 };
 
 // Parses and validates argv. Throws UsageError with a one-line message; returns nullopt when --help or

@@ -70,8 +70,8 @@ std::string three_significant(double x) {
 std::string final_line(double test_acc, double seconds_per_epoch, const std::vector<std::string>& devices) {
   std::string list;
   for (size_t i = 0; i < devices.size(); ++i) list += (i ? ", " : "") + devices[i];
-  return "test acc: " + fixed(test_acc, 2) + ", " + three_significant(seconds_per_epoch) + " sec/epoch on [" + list +
-         "]";
+  const std::string timing = seconds_per_epoch < 0 ? "no training" : three_significant(seconds_per_epoch) + " sec/epoch";
+  return "test acc: " + fixed(test_acc, 2) + ", " + timing + " on [" + list + "]";
 }
 
 nlohmann::json epoch_record(const EpochMetrics& m, const Backend& backend, const TrainOptions& options) {
@@ -93,34 +93,63 @@ nlohmann::json epoch_record(const EpochMetrics& m, const Backend& backend, const
   return record;
 }
 
+namespace {
+
+bool all_finite(const std::vector<float>& v) {
+  for (float x : v)
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+}  // namespace
+
 TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOptions& options, std::ostream& progress,
                   bool progress_is_terminal) {
   std::ofstream metrics;
   if (!options.metrics_path.empty()) {
-    metrics.open(options.metrics_path, std::ios::out | std::ios::trunc);
+    metrics.open(options.metrics_path, std::ios::out | (options.start_step > 0 ? std::ios::app : std::ios::trunc));
     if (!metrics) throw io::DataError(options.metrics_path + ": cannot open the --metrics file for writing");
   }
   const io::EpochSampler sampler(data.train.size(), static_cast<size_t>(options.batch_size), options.seed, true);
+  const uint64_t batches = sampler.num_batches();
   Progress bar(progress, progress_is_terminal, options.quiet, options.epochs);
   const float lr = static_cast<float>(options.lr);
+  uint64_t step = options.start_step;
   TrainResult result;
-  for (int e = 0; e < options.epochs; ++e) {
+  for (int e = static_cast<int>(step / batches); e < options.epochs; ++e) {
     profiling::Range epoch_range("epoch");
     const std::vector<uint32_t> order = sampler.epoch_order(static_cast<uint64_t>(e));
     backend.take_train_stats();  // start the epoch's counts at zero
+    const uint64_t first_step = step;
+    size_t examples = 0;
     const Clock::time_point t0 = Clock::now();
-    for (size_t b = 0; b < sampler.num_batches(); ++b) {
+    for (size_t b = static_cast<size_t>(step % batches); b < batches; ++b) {
       profiling::Range step_range("step");
       const io::BatchRange batch = sampler.batch(b);
       backend.train_step(data.train, order.data() + batch.first, static_cast<int>(batch.rows), lr);
-      bar.step(e + 1, b + 1, sampler.num_batches(), batch.first + batch.rows, seconds_since(t0));
+      ++step;
+      examples += batch.rows;
+      bar.step(e + 1, b + 1, batches, examples, seconds_since(t0));
+      const int signal = options.stop_requested ? options.stop_requested() : 0;
+      if (signal != 0) {
+        backend.synchronize();
+        if (options.checkpoint) options.checkpoint(b + 1 == batches ? e + 1 : e, step);
+        throw TrainingStopped(signal, e + 1, step);
+      }
     }
     EpochMetrics m;
     m.epoch = e + 1;
     backend.synchronize();
     m.epoch_seconds = seconds_since(t0);
     const model::StepStats st = backend.take_train_stats();
-    const double n = static_cast<double>(data.train.size());
+    // Checked once per epoch (the GPU modes keep the loss on the device): a step that diverged leaves a
+    // non-finite loss sum or non-finite parameters behind.
+    if (!std::isfinite(st.loss_sum) || !all_finite(backend.parameters(0))) {
+      throw TrainingDiverged("non-finite " + std::string(std::isfinite(st.loss_sum) ? "parameters" : "training loss") +
+                             " in epoch " + std::to_string(e + 1) + " (steps " + std::to_string(first_step + 1) +
+                             ".." + std::to_string(step) + "); try a smaller --lr");
+    }
+    const double n = static_cast<double>(examples);
     m.train_loss = st.loss_sum / n;
     m.train_acc = static_cast<double>(st.correct) / n;
     m.examples_per_second = n / m.epoch_seconds;
@@ -134,6 +163,7 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
       metrics << epoch_record(m, backend, options).dump() << '\n' << std::flush;
       if (!metrics) throw io::DataError(options.metrics_path + ": write failed");
     }
+    if (options.checkpoint) options.checkpoint(e + 1, step);
     result.epochs.push_back(m);
   }
   double total = 0;

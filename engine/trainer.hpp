@@ -2,7 +2,9 @@
 // timed (evaluation excluded), test accuracy after every epoch, one metrics record per epoch.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,30 @@ struct TrainOptions {
   uint64_t seed = 1;
   bool quiet = false;          // no progress display
   std::string metrics_path;    // JSON Lines, one object per epoch; empty: none
+  // Where a resumed run starts: steps already done, counted over all epochs (epoch = start_step /
+  // minibatches per epoch). The shuffle of epoch e depends only on (seed, e), so the steps after it
+  // are exactly those of an uninterrupted run.
+  uint64_t start_step = 0;
+  // Polled after every step; a non-zero answer (a signal number) stops the run there.
+  std::function<int()> stop_requested;
+  // Called with the state to save after every completed epoch and when the run is stopped.
+  std::function<void(int completed_epochs, uint64_t steps_done)> checkpoint;
+};
+
+// The run was stopped by options.stop_requested after a step (and checkpointed, when asked).
+class TrainingStopped : public std::runtime_error {
+ public:
+  TrainingStopped(int signal, int epoch, uint64_t step)
+      : std::runtime_error("stopped by signal " + std::to_string(signal) + " in epoch " + std::to_string(epoch) +
+                           " after step " + std::to_string(step)),
+        signal(signal) {}
+  int signal;
+};
+
+// A non-finite loss or parameter: training cannot go on. The epoch is not checkpointed.
+class TrainingDiverged : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 struct EpochMetrics {
@@ -36,15 +62,17 @@ struct TrainResult {
   double mean_epoch_seconds = 0;
 };
 
-// Runs options.epochs epochs. Progress goes to `progress` (a live line on a terminal, plain lines
-// otherwise) unless options.quiet.
+// Runs epochs up to options.epochs (from options.start_step). Progress goes to `progress` (a live line
+// on a terminal, plain lines otherwise) unless options.quiet. Throws TrainingStopped and
+// TrainingDiverged as described above.
 TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOptions& options, std::ostream& progress,
                   bool progress_is_terminal);
 
 // The metrics record of one epoch, with exactly the field names other tools rely on.
 nlohmann::json epoch_record(const EpochMetrics& m, const Backend& backend, const TrainOptions& options);
 
-// "test acc: 0.83, 12.4 sec/epoch on [cpu]": the source text's final line, seconds to 3 significant digits.
+// "test acc: 0.83, 12.4 sec/epoch on [cpu]": the source text's final line, seconds to 3 significant digits;
+// negative seconds (evaluation only) print "no training" instead.
 std::string final_line(double test_acc, double seconds_per_epoch, const std::vector<std::string>& devices);
 
 // x to 3 significant digits without an exponent (12.4, 3.04, 0.0123, 1234).

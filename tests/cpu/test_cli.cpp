@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
+#include "engine/checkpoint.hpp"
 #include "engine/cuda_probe.hpp"
 
 namespace {
@@ -117,6 +118,54 @@ TEST_F(Cli, QuietSilencesProgress) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err.find("epoch 1/1"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("sec/epoch on [cpu]"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, SaveResumeEqualsUninterruptedAndLoadEvaluates) {
+  const std::string a = (dir_ / "a.safetensors").string(), b = (dir_ / "b.safetensors").string();
+  const std::string common = "--backend cpu --quiet --batch-size 64 --train-limit 500 --test-limit 100 ";
+  ASSERT_EQ(run(common + "--epochs 2 --save '" + a + "'").status, 0);
+  ASSERT_EQ(run(common + "--epochs 1 --save '" + b + "'").status, 0);
+  Result r = run(common + "--epochs 2 --resume '" + b + "' --save '" + b + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(lenet::testing::slurp(a), lenet::testing::slurp(b)) << "resumed checkpoint differs from the uninterrupted one";
+  r = run(common + "--epochs 0 --load '" + a + "'");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("no training on [cpu]"), std::string::npos) << r.out;
+  expect_usage_error(common + "--epochs 3 --resume '" + b + "' --lr 0.1", "--lr");
+  expect_usage_error(common + "--load '" + a + "' --resume '" + b + "'", "--resume");
+  expect_usage_error(common + "--resume '" + b + "'", "raise --epochs");
+}
+
+TEST_F(Cli, CorruptCheckpointExits1NamingIt) {
+  const std::string bad = (dir_ / "bad.safetensors").string();
+  std::ofstream(bad) << "not a checkpoint";
+  const Result r = run("--backend cpu --epochs 0 --load '" + bad + "'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find(bad), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, DivergingRunExits1NamingTheEpoch) {
+  const Result r = run("--backend cpu --quiet --lr 1e6 --epochs 2 --train-limit 500 --test-limit 100");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(non-finite .* in epoch [12] \(steps \d+\.\.\d+\))"))) << r.err;
+}
+
+// A signal during training finishes the step, writes a loadable checkpoint and exits with 128 + signal.
+// The handler is installed before the data is loaded, so the signal may arrive at any point.
+TEST_F(Cli, SignalLeavesALoadableCheckpoint) {
+  for (const auto& [name, status] : {std::pair<std::string, int>{"INT", 130}, {"TERM", 143}}) {
+    const std::string ckpt = (dir_ / ("s-" + name + ".safetensors")).string();
+    const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_TRAIN_EXE "' --backend cpu --quiet "
+                            "--epochs 3 --save '" + ckpt + "' >/dev/null 2>'" + (dir_ / "err").string() +
+                            "' & pid=$!; sleep 3; kill -" + name + " $pid; wait $pid; exit $?";
+    const int raw = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(raw));
+    EXPECT_EQ(WEXITSTATUS(raw), status) << lenet::testing::slurp(dir_ / "err");
+    EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("checkpoint written to"), std::string::npos);
+    const lenet::engine::Checkpoint c = lenet::engine::load_checkpoint(ckpt);
+    EXPECT_GT(c.state.step, 0u);
+    EXPECT_EQ(c.state.epochs, 3);
+  }
 }
 
 }  // namespace
