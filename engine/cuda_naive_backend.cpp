@@ -8,24 +8,8 @@
 #include "profiling/nvtx.hpp"
 
 namespace lenet::engine {
-namespace {
 
 using cuda::DeviceGuard;
-
-// A synchronous copy between two replicas' device buffers, like tensor.to(device) in the source text.
-// cudaMemcpyPeer is serialised with all work on both devices; whether it accepts srcDevice == dstDevice
-// is not documented, so replicas sharing a GPU use a device-to-device copy on that device's stream.
-void copy_between(float* dst, int dst_device, const float* src, int src_device, size_t count) {
-  const size_t bytes = count * sizeof(float);
-  if (dst_device == src_device) {
-    DeviceGuard guard(dst_device);
-    LENET_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
-  } else {
-    LENET_CUDA_CHECK(cudaMemcpyPeer(dst, dst_device, src, src_device, bytes));
-  }
-}
-
-}  // namespace
 
 CudaNaiveBackend::CudaNaiveBackend(const CudaPlacement& placement, const std::vector<float>& initial_parameters) {
   const int n_gpus = placement.num_gpus, n_rep = placement.replicas;
@@ -88,17 +72,9 @@ void CudaNaiveBackend::copy_rows_to(int replica, const io::Split& data, const ui
 // The source text's allreduce, for each parameter tensor in turn: every other replica's gradient is
 // copied to replica 0 and added there, then the sum is copied back to every replica.
 void CudaNaiveBackend::allreduce_textbook() {
-  cuda::CudaLenet& root = *replicas_[0];
-  for (const model::TensorSpec& t : model::tensor_specs()) {
-    float* sum = root.grads() + t.offset;
-    for (size_t r = 1; r < replicas_.size(); ++r) {
-      copy_between(receive_.get(), root.device(), replicas_[r]->grads() + t.offset, replicas_[r]->device(), t.size);
-      DeviceGuard guard(root.device());
-      cuda::launch_add_into(sum, receive_.get(), t.size, nullptr);
-    }
-    for (size_t r = 1; r < replicas_.size(); ++r)
-      copy_between(replicas_[r]->grads() + t.offset, replicas_[r]->device(), sum, root.device(), t.size);
-  }
+  std::vector<RingMember> members;
+  for (auto& rep : replicas_) members.push_back({rep->device(), rep->grads(), receive_.get(), nullptr, nullptr});
+  for (const model::TensorSpec& t : model::tensor_specs()) textbook_allreduce(members, t.offset, t.size);
 }
 
 void CudaNaiveBackend::train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) {

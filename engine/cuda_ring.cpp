@@ -26,6 +26,33 @@ void enable_peer_access(int num_gpus) {
     }
 }
 
+namespace {
+
+// cudaMemcpyPeer is serialised with all work on both devices; whether it accepts srcDevice == dstDevice
+// is not documented, so members sharing a GPU use a device-to-device copy on that device's stream.
+void copy_between(float* dst, int dst_device, const float* src, int src_device, size_t count) {
+  const size_t bytes = count * sizeof(float);
+  if (dst_device == src_device) {
+    cuda::DeviceGuard guard(dst_device);
+    LENET_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+  } else {
+    LENET_CUDA_CHECK(cudaMemcpyPeer(dst, dst_device, src, src_device, bytes));
+  }
+}
+
+}  // namespace
+
+void textbook_allreduce(const std::vector<RingMember>& members, size_t offset, size_t count) {
+  const RingMember& root = members.at(0);
+  float* sum = root.buffer + offset;
+  for (size_t r = 1; r < members.size(); ++r) {
+    copy_between(root.receive, root.device, members[r].buffer + offset, members[r].device, count);
+    cuda::DeviceGuard guard(root.device);
+    cuda::launch_add_into(sum, root.receive, count, nullptr);
+  }
+  for (size_t r = 1; r < members.size(); ++r) copy_between(members[r].buffer + offset, members[r].device, sum, root.device, count);
+}
+
 std::string describe_replica(size_t index, const cuda::CudaLenet& net) {
   return "replica " + std::to_string(index) + " on cuda:" + std::to_string(net.device()) + ": cuDNN algorithms " +
          net.algorithms();

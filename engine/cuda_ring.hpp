@@ -36,4 +36,11 @@ struct RingMember {
 // end of the member's part. At every step a member waits only for its ring predecessor's previous step.
 void enqueue_ring_allreduce(const RingSchedule& schedule, const std::vector<RingMember>& members);
 
+// The source text's allreduce of `count` floats at `offset` in every member's buffer: each other
+// member's part copied to member 0 (into member 0's receive buffer) and added there, then the sum copied
+// back to every member. Synchronous copies and the legacy default streams, as tensor.to(device) is;
+// streams and events of the members are not used.
+void textbook_allreduce(const std::vector<RingMember>& members, size_t offset, size_t count);
+
+
 }  // namespace lenet::engine

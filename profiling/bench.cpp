@@ -1,0 +1,383 @@
+// lenet-bench: the configurations asked for, in one process, on the same data and seed, side by side:
+// seconds per epoch of the training pass (a warm-up epoch excluded), examples per second, GPU kernel and
+// idle time per step and host launches per step (CUPTI, in a separate traced epoch so tracing does not
+// slow the timed ones), host time to enqueue a step, allreduce time, final test accuracy and the ratio
+// to the first row; then the arithmetic floor, the allreduce alone (ring versus the textbook's gather to
+// replica 0) and a projection to several GPUs. Writes the tables as JSON and Markdown.
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "engine/cpu_backend.hpp"
+#include "engine/cuda_graph_backend.hpp"
+#include "engine/cuda_naive_backend.hpp"
+#include "engine/cuda_probe.hpp"
+#include "engine/cuda_ring.hpp"
+#include "io/dataset.hpp"
+#include "io/sampler.hpp"
+#include "model/cuda_memory.hpp"
+#include "model/lenet.hpp"
+#include "profiling/bench_model.hpp"
+#include "profiling/cupti_trace.hpp"
+
+namespace {
+
+using namespace lenet;
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+struct Options {
+  std::vector<std::string> modes = {"naive", "graph"};
+  std::vector<int> replicas = {1, 2, 4};
+  int batch_size = 256;
+  double lr = 0.2;
+  int timed_epochs = 2;
+  uint64_t seed = 1;
+  int num_gpus = 0;  // 0: all visible
+  std::string data_dir, json_path = "bench.json", markdown_path = "bench.md";
+  long long train_limit = 0, test_limit = 0;
+  bool allreduce = true, projection = true, trace = true;
+  std::vector<int> allreduce_replicas = {2, 4, 8};
+  std::vector<std::string> peers;
+};
+
+std::unique_ptr<engine::Backend> make_backend(const std::string& mode, int replicas, int num_gpus,
+                                              const io::FashionMnist& data, const Options& o) {
+  const std::vector<float> start = model::init_parameters<float>(o.seed);
+  if (mode == "cpu") return std::make_unique<engine::CpuBackend>(replicas, start);
+  engine::CudaPlacement p;
+  p.num_gpus = std::min(num_gpus, replicas);
+  p.replicas = replicas;
+  const size_t b = static_cast<size_t>(o.batch_size);
+  p.train_batch_rows = {static_cast<int>(std::min(b, data.train.size()))};
+  if (data.train.size() > b && data.train.size() % b) p.train_batch_rows.push_back(int(data.train.size() % b));
+  p.eval_batch_rows = {static_cast<int>(std::min(b, data.test.size()))};
+  if (data.test.size() > b && data.test.size() % b) p.eval_batch_rows.push_back(int(data.test.size() % b));
+  if (mode == "naive") return std::make_unique<engine::CudaNaiveBackend>(p, start);
+  return std::make_unique<engine::CudaGraphBackend>(p, start);
+}
+
+struct EpochRun {
+  double seconds = 0, host_seconds = 0;
+  size_t steps = 0;
+};
+
+EpochRun run_epoch(engine::Backend& backend, const io::FashionMnist& data, const io::EpochSampler& sampler, int epoch,
+                   float lr) {
+  const std::vector<uint32_t> order = sampler.epoch_order(uint64_t(epoch));
+  EpochRun r;
+  const Clock::time_point t0 = Clock::now();
+  for (size_t k = 0; k < sampler.num_batches(); ++k) {
+    const io::BatchRange batch = sampler.batch(k);
+    const Clock::time_point h0 = Clock::now();
+    backend.train_step(data.train, order.data() + batch.first, int(batch.rows), lr);
+    r.host_seconds += seconds(Clock::now() - h0);
+    ++r.steps;
+  }
+  backend.synchronize();
+  r.seconds = seconds(Clock::now() - t0);
+  return r;
+}
+
+profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_gpus, const io::FashionMnist& data,
+                                 const Options& o) {
+  std::unique_ptr<engine::Backend> backend = make_backend(mode, replicas, num_gpus, data, o);
+  const io::EpochSampler sampler(data.train.size(), size_t(o.batch_size), o.seed, true);
+  profiling::BenchRow row;
+  row.name = mode + " R=" + std::to_string(replicas);
+  row.impl = "lenet-dp";
+  row.mode = mode;
+  row.replicas = replicas;
+  row.devices = backend->devices();
+  row.batch_size = o.batch_size;
+  row.lr = o.lr;
+  const bool traced = o.trace && mode != "cpu" && profiling::CuptiTrace::available();
+  row.epochs = 1 + o.timed_epochs + (traced ? 1 : 0);
+  auto evaluate = [&] {
+    row.test_acc_per_epoch.push_back(double(backend->count_correct(data.test, o.batch_size)) / double(data.test.size()));
+  };
+  int epoch = 0;
+  run_epoch(*backend, data, sampler, epoch++, float(o.lr));  // warm-up: first-touch, lazy library set-up
+  evaluate();
+  double total = 0, host = 0;
+  size_t steps = 0;
+  for (int e = 0; e < o.timed_epochs; ++e) {
+    const EpochRun r = run_epoch(*backend, data, sampler, epoch++, float(o.lr));
+    row.epoch_seconds.push_back(r.seconds);
+    total += r.seconds;
+    host += r.host_seconds;
+    steps += r.steps;
+    evaluate();
+  }
+  row.seconds_per_epoch = total / o.timed_epochs;
+  row.examples_per_second = double(data.train.size()) / *row.seconds_per_epoch;
+  row.host_enqueue_ms_per_step = host / double(steps) * 1e3;
+  if (traced) {
+    profiling::CuptiTrace trace;
+    trace.start();
+    const EpochRun r = run_epoch(*backend, data, sampler, epoch++, float(o.lr));
+    const profiling::Activity a = trace.stop();
+    evaluate();
+    const profiling::BusyIdle bi = profiling::busy_and_idle(a.kernels);
+    const double n = double(r.steps);
+    row.kernel_ms_per_step = bi.kernel_seconds / n * 1e3;
+    row.idle_ms_per_step = bi.idle_seconds / n * 1e3;
+    row.kernel_launches_per_step = double(a.host_launched_kernels) / n;
+    row.graph_launches_per_step = double(a.graph_launches) / n;
+    row.allreduce_ms_per_step = a.allreduce_seconds / n * 1e3;
+  }
+  row.test_acc = row.test_acc_per_epoch.back();
+  return row;
+}
+
+// The allreduce alone: R members sharing the visible GPUs, ring (captured, as graph mode runs it) and
+// textbook (synchronous gather to member 0 and copy back, as naive mode runs it).
+nlohmann::json bench_allreduce(const Options& o, int num_gpus, std::ostream& out) {
+  std::vector<size_t> sizes;
+  for (size_t bytes = 4096; bytes <= (size_t{64} << 20); bytes *= 4) sizes.push_back(bytes);
+  sizes.push_back(model::kNumParameters * sizeof(float));
+  std::sort(sizes.begin(), sizes.end());
+  nlohmann::json rows = nlohmann::json::array();
+  out << "\nAllreduce alone (" << num_gpus << " GPU" << (num_gpus == 1 ? "" : "s")
+      << "; members share them round-robin; busbw = algbw * 2(R-1)/R as in nccl-tests)\n\n"
+      << "| R | bytes | ring us | ring algbw GB/s | ring busbw GB/s | textbook us | textbook busbw GB/s |\n"
+      << "|---|---|---|---|---|---|---|\n";
+  for (int r : o.allreduce_replicas) {
+    for (size_t bytes : sizes) {
+      const size_t count = bytes / sizeof(float);
+      std::vector<cuda::DeviceBuffer<float>> buffers, receives;
+      std::vector<cuda::Stream> streams;
+      std::vector<cuda::Event> events, joins;
+      std::vector<engine::RingMember> members;
+      for (int i = 0; i < r; ++i) {
+        const int dev = i % num_gpus;
+        buffers.emplace_back(dev, count);
+        receives.emplace_back(dev, count);
+        streams.emplace_back(dev);
+        events.emplace_back(dev);
+        joins.emplace_back(dev);
+        cuda::DeviceGuard guard(dev);
+        LENET_CUDA_CHECK(cudaMemset(buffers.back().get(), 0, bytes));
+      }
+      for (int i = 0; i < r; ++i)
+        members.push_back({i % num_gpus, buffers[size_t(i)].get(), receives[size_t(i)].get(), streams[size_t(i)].get(),
+                           events[size_t(i)].get()});
+      const engine::RingSchedule schedule(r, count);
+      cuda::Event fork(0);
+      cuda::GraphExec ring;
+      {
+        cuda::Capture capture(streams[0]);
+        fork.record(streams[0].get());
+        for (int i = 1; i < r; ++i) fork.wait_on(streams[size_t(i)].get());
+        for (int i = 0; i < r; ++i) events[size_t(i)].record(streams[size_t(i)].get());
+        engine::enqueue_ring_allreduce(schedule, members);
+        for (int i = 1; i < r; ++i) {
+          joins[size_t(i)].record(streams[size_t(i)].get());
+          joins[size_t(i)].wait_on(streams[0].get());
+        }
+        ring = capture.finish();
+      }
+      const int reps = bytes >= (size_t{16} << 20) ? 5 : 50;
+      ring.launch(streams[0].get());  // warm-up
+      LENET_CUDA_CHECK(cudaStreamSynchronize(streams[0].get()));
+      Clock::time_point t0 = Clock::now();
+      for (int k = 0; k < reps; ++k) ring.launch(streams[0].get());
+      LENET_CUDA_CHECK(cudaStreamSynchronize(streams[0].get()));
+      const double ring_s = seconds(Clock::now() - t0) / reps;
+      engine::textbook_allreduce(members, 0, count);  // warm-up
+      for (int g = 0; g < num_gpus; ++g) {
+        cuda::DeviceGuard guard(g);
+        LENET_CUDA_CHECK(cudaDeviceSynchronize());
+      }
+      t0 = Clock::now();
+      for (int k = 0; k < reps; ++k) engine::textbook_allreduce(members, 0, count);
+      for (int g = 0; g < num_gpus; ++g) {
+        cuda::DeviceGuard guard(g);
+        LENET_CUDA_CHECK(cudaDeviceSynchronize());
+      }
+      const double book_s = seconds(Clock::now() - t0) / reps;
+      const double ring_alg = profiling::algbw(double(bytes), ring_s), book_alg = profiling::algbw(double(bytes), book_s);
+      rows.push_back({{"replicas", r}, {"bytes", bytes}, {"ring_seconds", ring_s}, {"ring_algbw", ring_alg},
+                      {"ring_busbw", profiling::allreduce_busbw(ring_alg, r)}, {"textbook_seconds", book_s},
+                      {"textbook_algbw", book_alg}, {"textbook_busbw", profiling::allreduce_busbw(book_alg, r)}});
+      char line[256];
+      std::snprintf(line, sizeof line, "| %d | %zu | %.1f | %.2f | %.2f | %.1f | %.2f |\n", r, bytes, ring_s * 1e6,
+                    ring_alg * 1e-9, profiling::allreduce_busbw(ring_alg, r) * 1e-9, book_s * 1e6,
+                    profiling::allreduce_busbw(book_alg, r) * 1e-9);
+      out << line;
+    }
+  }
+  return rows;
+}
+
+// Seconds of one graph-mode step of a single replica with `rows` rows: the per-GPU compute of a
+// multi-GPU step, measured on this GPU.
+double graph_step_seconds(int rows, const io::FashionMnist& data, const Options& o) {
+  Options one = o;
+  one.batch_size = rows;
+  one.timed_epochs = 1;
+  one.trace = false;
+  const profiling::BenchRow r = bench_config("graph", 1, 1, data, one);
+  const double steps = std::ceil(double(data.train.size()) / rows);
+  return *r.seconds_per_epoch / steps;
+}
+
+// Links of the projection. NVLink: ~370 GB/s one-way peer writes and ~2 us peer latency measured by
+// others on H100 (../shared/CUDA-NOTES.md); PCIe 5.0 x16: 64 GB/s per direction by the specification,
+// ~50 GB/s achieved, ~5 us latency through the root complex (typical published measurements).
+struct Link {
+  const char* name;
+  double alpha, beta;
+};
+constexpr Link kLinks[] = {{"NVLink (H100/H200)", 2e-6, 370e9}, {"PCIe 5.0 x16", 5e-6, 50e9}};
+
+nlohmann::json project(const io::FashionMnist& data, const Options& o, double measured_step_latency, std::ostream& md) {
+  const double bytes = double(model::kNumParameters * sizeof(float));
+  const double n = double(data.train.size());
+  std::map<int, double> step;  // rows per GPU -> measured seconds per step
+  for (int r : {1, 2, 4, 8}) {
+    const int rows = std::max(1, o.batch_size / r);
+    if (!step.count(rows)) step[rows] = graph_step_seconds(rows, data, o);
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  md << "\nProjection to several GPUs (a model, not a measurement): per-GPU step compute measured here in graph "
+        "mode on one GPU, plus a ring allreduce of " << size_t(bytes) << " bytes by the alpha-beta model "
+        "2(R-1)*alpha + 2(R-1)/R*bytes/beta, alpha = link latency + the ring's per-step latency measured here ("
+     << measured_step_latency * 1e6 << " us); no overlap of compute and allreduce, as in the graph mode.\n\n"
+     << "| link | R | s/epoch, batch " << o.batch_size << " per step | s/epoch, batch " << o.batch_size
+     << " per GPU |\n|---|---|---|---|\n";
+  for (const Link& link : kLinks) {
+    for (int r : {1, 2, 4, 8}) {
+      const double alpha = link.alpha + measured_step_latency;
+      const double per_step = profiling::projected_epoch_seconds(std::ceil(n / o.batch_size), step[std::max(1, o.batch_size / r)],
+                                                                 r, bytes, alpha, link.beta);
+      const double per_gpu = profiling::projected_epoch_seconds(std::ceil(n / (double(o.batch_size) * r)),
+                                                                step[o.batch_size], r, bytes, alpha, link.beta);
+      rows.push_back({{"link", link.name}, {"alpha", alpha}, {"beta", link.beta}, {"replicas", r},
+                      {"seconds_per_epoch_fixed_global_batch", per_step}, {"seconds_per_epoch_fixed_batch_per_gpu", per_gpu}});
+      char line[200];
+      std::snprintf(line, sizeof line, "| %s | %d | %.3f | %.3f |\n", link.name, r, per_step, per_gpu);
+      md << line;
+    }
+  }
+  return rows;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"lenet-bench: naive and graph modes (and the CPU backend) side by side, with CUPTI counts", "lenet-bench"};
+  app.add_option("--modes", o.modes, "Any of naive, graph, cpu")->delimiter(',')->check(CLI::IsMember({"naive", "graph", "cpu"}));
+  app.add_option("--replicas", o.replicas, "Replica counts, e.g. 1,2,4")->delimiter(',')->check(CLI::Range(1, 64));
+  app.add_option("--batch-size", o.batch_size, "Global minibatch size")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--lr", o.lr, "SGD learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--epochs", o.timed_epochs, "Timed epochs per configuration (after one warm-up epoch)")->check(CLI::Range(1, 1000));
+  app.add_option("--seed", o.seed, "Seed of the parameters and the shuffles");
+  app.add_option("--num-gpus", o.num_gpus, "GPUs 0..N-1 to place replicas on (default: all visible)")->check(CLI::Range(1, 64));
+  app.add_option("--data-dir", o.data_dir, "Fashion-MNIST folder");
+  app.add_option("--train-limit", o.train_limit, "First N training examples")->check(CLI::Range(1LL, 60000LL));
+  app.add_option("--test-limit", o.test_limit, "First N test examples")->check(CLI::Range(1LL, 10000LL));
+  app.add_option("--json", o.json_path, "Write the results as JSON to FILE");
+  app.add_option("--markdown", o.markdown_path, "Write the tables as Markdown to FILE");
+  app.add_option("--allreduce-replicas", o.allreduce_replicas, "Replica counts of the allreduce sweep")->delimiter(',');
+  app.add_flag("!--no-allreduce", o.allreduce, "Skip the allreduce sweep");
+  app.add_flag("!--no-projection", o.projection, "Skip the multi-GPU projection");
+  app.add_flag("!--no-trace", o.trace, "No CUPTI epoch (kernel, idle, launch and allreduce columns stay empty)");
+  app.add_option("--peers", o.peers, "JSON rows of the PyTorch peers (profiling/peers) to add to the table");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "lenet-bench: " << e.what() << " (see --help)" << std::endl;
+    return 2;
+  }
+  try {
+    const bool wants_gpu = std::any_of(o.modes.begin(), o.modes.end(), [](const std::string& m) { return m != "cpu"; });
+    const engine::CudaProbe probe = engine::probe_cuda();
+    if (wants_gpu && !probe.ok()) {
+      std::cerr << "lenet-bench: no CUDA device answers (" << probe.describe() << "); use --modes cpu" << std::endl;
+      return 2;
+    }
+    const int num_gpus = o.num_gpus > 0 ? o.num_gpus : std::max(1, probe.devices);
+    if (wants_gpu && num_gpus > probe.devices) {
+      std::cerr << "lenet-bench: --num-gpus " << num_gpus << ": only " << probe.devices << " visible" << std::endl;
+      return 2;
+    }
+    const io::FashionMnist data = io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), size_t(o.train_limit),
+                                                         size_t(o.test_limit));
+    if (o.trace && wants_gpu && !profiling::CuptiTrace::available())
+      std::cerr << "lenet-bench: " << profiling::CuptiTrace::unavailable_reason() << "; CUPTI columns stay empty" << std::endl;
+
+    std::vector<profiling::BenchRow> rows;
+    for (const std::string& mode : o.modes)
+      for (int r : o.replicas) {
+        std::cerr << "lenet-bench: " << mode << " R=" << r << std::endl;
+        rows.push_back(bench_config(mode, r, num_gpus, data, o));
+      }
+    for (const std::string& file : o.peers) {
+      std::ifstream in(file);
+      if (!in) throw std::runtime_error(file + ": cannot open the --peers file");
+      rows.push_back(profiling::row_from_json(nlohmann::json::parse(in)));
+    }
+    std::ostringstream md;
+    md << "# lenet-bench\n\n" << data.train.size() << " training examples, batch " << o.batch_size << ", lr " << o.lr
+       << ", seed " << o.seed << "; seconds per epoch are the training pass only, mean of " << o.timed_epochs
+       << " epoch(s) after a warm-up epoch; CUPTI columns from one further traced epoch; 'kernels/step' counts "
+          "kernels launched by the host (not by a graph).\n\n"
+       << profiling::markdown_table(rows, rows.empty() ? "" : rows.front().name);
+
+    nlohmann::json out;
+    out["rows"] = nlohmann::json::array();
+    for (const auto& r : rows) out["rows"].push_back(profiling::to_json(r));
+    const double flops = model::train_flops_per_example() * double(data.train.size());
+    out["floor"] = {{"flops_per_epoch", flops}};
+    md << "\nArithmetic floor: " << flops / 1e12 << " TFLOP per epoch (forward and backward, a multiply-add as two)";
+    if (wants_gpu) {
+      cudaDeviceProp prop{};
+      int clock_khz = 0;
+      LENET_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+      LENET_CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+      const int lanes = profiling::fp32_lanes_per_sm(prop.major, prop.minor);
+      const double peak = profiling::peak_fp32_flops(prop.multiProcessorCount, lanes, clock_khz * 1e3);
+      out["device"] = {{"name", prop.name}, {"sms", prop.multiProcessorCount}, {"clock_khz", clock_khz},
+                       {"fp32_lanes_per_sm", lanes}, {"peak_fp32_flops", peak}};
+      if (peak > 0) {
+        out["floor"]["seconds_at_peak_fp32"] = flops / peak;
+        md << ": " << flops / peak * 1e3 << " ms at " << prop.name << "'s FP32 peak of " << peak / 1e12
+           << " TFLOP/s (" << prop.multiProcessorCount << " SMs x " << lanes << " lanes x 2 x " << clock_khz / 1e6
+           << " GHz)";
+      }
+    }
+    md << ".\n";
+    double step_latency = 0;
+    if (o.allreduce && wants_gpu) {
+      out["allreduce"] = bench_allreduce(o, num_gpus, md);
+      // Two members, the smallest message: two ring steps of almost no data, so half its time is the
+      // latency of one step (copy and add kernel launched from a graph).
+      for (const auto& a : out["allreduce"])
+        if (a["replicas"] == 2) {
+          step_latency = a["ring_seconds"].get<double>() / 2;
+          break;
+        }
+    }
+    if (o.projection && wants_gpu) out["projection"] = project(data, o, step_latency, md);
+    std::cout << md.str();
+    std::ofstream(o.markdown_path) << md.str();
+    std::ofstream json(o.json_path);
+    json << out.dump(2) << '\n';
+    if (!json) throw std::runtime_error(o.json_path + ": write failed");
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "lenet-bench: error: " << e.what() << std::endl;
+    return 1;
+  }
+}

@@ -1,0 +1,161 @@
+#include "profiling/bench_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+namespace lenet::profiling {
+
+BusyIdle busy_and_idle(std::vector<Interval> kernels) {
+  BusyIdle r;
+  std::sort(kernels.begin(), kernels.end(), [](const Interval& a, const Interval& b) {
+    return a.device != b.device ? a.device < b.device : a.start < b.start;
+  });
+  size_t i = 0;
+  while (i < kernels.size()) {
+    const uint32_t device = kernels[i].device;
+    const uint64_t first = kernels[i].start;
+    uint64_t last = kernels[i].end, busy = 0, run_start = kernels[i].start, run_end = kernels[i].end;
+    for (; i < kernels.size() && kernels[i].device == device; ++i) {
+      const Interval& k = kernels[i];
+      r.kernel_seconds += double(k.end - k.start) * 1e-9;
+      last = std::max(last, k.end);
+      if (k.start > run_end) {  // a gap: close the current run of overlapping kernels
+        busy += run_end - run_start;
+        run_start = k.start;
+        run_end = k.end;
+      } else {
+        run_end = std::max(run_end, k.end);
+      }
+    }
+    busy += run_end - run_start;
+    r.busy_seconds += double(busy) * 1e-9;
+    r.idle_seconds += double(last - first - busy) * 1e-9;
+  }
+  return r;
+}
+
+double algbw(double bytes, double seconds) { return bytes / seconds; }
+
+double allreduce_busbw(double algbw, int ranks) { return algbw * 2.0 * (ranks - 1) / ranks; }
+
+int fp32_lanes_per_sm(int major, int minor) {
+  switch (major) {
+    case 6: return minor == 0 ? 64 : 128;
+    case 7: return 64;                        // Volta, Turing
+    case 8: return minor == 0 ? 64 : 128;     // A100: 64; GA10x and Ada: 128
+    case 9: return 128;                       // Hopper
+    case 10:
+    case 12: return 128;                      // Blackwell
+    default: return 0;
+  }
+}
+
+double peak_fp32_flops(int sms, int lanes_per_sm, double clock_hz) { return double(sms) * lanes_per_sm * 2.0 * clock_hz; }
+
+double ring_allreduce_seconds(int replicas, double bytes, double alpha_seconds, double beta_bytes_per_second) {
+  if (replicas <= 1) return 0.0;
+  const double steps = 2.0 * (replicas - 1);
+  return steps * alpha_seconds + steps / replicas * bytes / beta_bytes_per_second;
+}
+
+double projected_epoch_seconds(double steps_per_epoch, double step_compute_seconds, int replicas, double bytes,
+                               double alpha_seconds, double beta_bytes_per_second) {
+  return steps_per_epoch *
+         (step_compute_seconds + ring_allreduce_seconds(replicas, bytes, alpha_seconds, beta_bytes_per_second));
+}
+
+namespace {
+
+nlohmann::json opt(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
+
+std::optional<double> get_opt(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key)) throw std::runtime_error(std::string("benchmark row without \"") + key + "\"");
+  if (j.at(key).is_null()) return std::nullopt;
+  return j.at(key).get<double>();
+}
+
+std::string cell(const std::optional<double>& v, int digits) {
+  if (!v) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, *v);
+  return buf;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const BenchRow& r) {
+  return {{"name", r.name},
+          {"impl", r.impl},
+          {"mode", r.mode},
+          {"replicas", r.replicas},
+          {"devices", r.devices},
+          {"batch_size", r.batch_size},
+          {"lr", r.lr},
+          {"epochs", r.epochs},
+          {"seconds_per_epoch", opt(r.seconds_per_epoch)},
+          {"examples_per_second", opt(r.examples_per_second)},
+          {"kernel_ms_per_step", opt(r.kernel_ms_per_step)},
+          {"idle_ms_per_step", opt(r.idle_ms_per_step)},
+          {"host_enqueue_ms_per_step", opt(r.host_enqueue_ms_per_step)},
+          {"kernel_launches_per_step", opt(r.kernel_launches_per_step)},
+          {"graph_launches_per_step", opt(r.graph_launches_per_step)},
+          {"allreduce_ms_per_step", opt(r.allreduce_ms_per_step)},
+          {"test_acc", opt(r.test_acc)},
+          {"test_acc_per_epoch", r.test_acc_per_epoch},
+          {"epoch_seconds", r.epoch_seconds}};
+}
+
+BenchRow row_from_json(const nlohmann::json& j) {
+  for (const char* key : {"name", "impl", "mode", "replicas", "devices", "batch_size", "lr", "epochs"})
+    if (!j.contains(key)) throw std::runtime_error(std::string("benchmark row without \"") + key + "\"");
+  BenchRow r;
+  r.name = j.at("name").get<std::string>();
+  r.impl = j.at("impl").get<std::string>();
+  r.mode = j.at("mode").get<std::string>();
+  r.replicas = j.at("replicas").get<int>();
+  r.devices = j.at("devices").get<std::vector<std::string>>();
+  r.batch_size = j.at("batch_size").get<int>();
+  r.lr = j.at("lr").get<double>();
+  r.epochs = j.at("epochs").get<int>();
+  r.seconds_per_epoch = get_opt(j, "seconds_per_epoch");
+  r.examples_per_second = get_opt(j, "examples_per_second");
+  r.kernel_ms_per_step = get_opt(j, "kernel_ms_per_step");
+  r.idle_ms_per_step = get_opt(j, "idle_ms_per_step");
+  r.host_enqueue_ms_per_step = get_opt(j, "host_enqueue_ms_per_step");
+  r.kernel_launches_per_step = get_opt(j, "kernel_launches_per_step");
+  r.graph_launches_per_step = get_opt(j, "graph_launches_per_step");
+  r.allreduce_ms_per_step = get_opt(j, "allreduce_ms_per_step");
+  r.test_acc = get_opt(j, "test_acc");
+  if (j.contains("test_acc_per_epoch")) r.test_acc_per_epoch = j.at("test_acc_per_epoch").get<std::vector<double>>();
+  if (j.contains("epoch_seconds")) r.epoch_seconds = j.at("epoch_seconds").get<std::vector<double>>();
+  return r;
+}
+
+std::string markdown_table(const std::vector<BenchRow>& rows, const std::string& reference) {
+  std::optional<double> ref;
+  for (const BenchRow& r : rows)
+    if (r.name == reference) {
+      ref = r.seconds_per_epoch;
+      break;
+    }
+  std::ostringstream out;
+  out << "| configuration | s/epoch | examples/s | kernel ms/step | idle ms/step | host ms/step | kernels/step | "
+         "graphs/step | allreduce ms/step | test acc | time vs " << reference << " |\n";
+  out << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const BenchRow& r : rows) {
+    std::optional<double> ratio;
+    if (ref && r.seconds_per_epoch && *r.seconds_per_epoch > 0) ratio = *r.seconds_per_epoch / *ref;
+    out << "| " << r.name << " | " << cell(r.seconds_per_epoch, 3) << " | " << cell(r.examples_per_second, 0) << " | "
+        << cell(r.kernel_ms_per_step, 3) << " | " << cell(r.idle_ms_per_step, 3) << " | "
+        << cell(r.host_enqueue_ms_per_step, 3) << " | " << cell(r.kernel_launches_per_step, 1) << " | "
+        << cell(r.graph_launches_per_step, 1) << " | " << cell(r.allreduce_ms_per_step, 3) << " | "
+        << cell(r.test_acc, 4) << " | " << cell(ratio, 3) << " |\n";
+  }
+  return out.str();
+}
+
+}  // namespace lenet::profiling

@@ -1,0 +1,67 @@
+// The arithmetic behind lenet-bench, in plain C++ so the tests check it without a GPU: busy and idle
+// time from kernel intervals, bandwidth by the nccl-tests definitions, the floating-point floor of an
+// epoch, an alpha-beta projection of multi-GPU epochs, and the table writers.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace lenet::profiling {
+
+// One kernel's execution on a device, in nanoseconds on CUPTI's clock.
+struct Interval {
+  uint64_t start = 0, end = 0;
+  uint32_t device = 0;
+};
+
+struct BusyIdle {
+  double kernel_seconds = 0;  // sum of kernel durations (overlapping kernels count twice)
+  double busy_seconds = 0;    // union of kernel intervals, summed over devices
+  double idle_seconds = 0;    // per device: from its first kernel start to its last kernel end, minus busy
+};
+BusyIdle busy_and_idle(std::vector<Interval> kernels);
+
+// nccl-tests (doc/PERFORMANCE.md): algbw = bytes / time; for allreduce busbw = algbw * 2 (n - 1) / n,
+// the bandwidth each link must sustain, comparable across replica counts.
+double algbw(double bytes, double seconds);
+double allreduce_busbw(double algbw, int ranks);
+
+// FP32 lanes per SM for a compute capability (CUDA C Programming Guide, arithmetic instruction
+// throughput table), 0 when unknown. Peak FP32 = SMs * lanes * 2 (FMA) * clock.
+int fp32_lanes_per_sm(int major, int minor);
+double peak_fp32_flops(int sms, int lanes_per_sm, double clock_hz);
+
+// The alpha-beta model of a ring allreduce over R GPUs: 2(R-1) steps, each a latency alpha plus a chunk
+// of bytes / R at link bandwidth beta: 2(R-1) * alpha + 2(R-1)/R * bytes / beta. Zero for R = 1.
+double ring_allreduce_seconds(int replicas, double bytes, double alpha_seconds, double beta_bytes_per_second);
+
+// A projected epoch: each step computes on every GPU in parallel (step_compute_seconds, measured on one
+// GPU for that GPU's rows) and then allreduces the gradient; the graph mode does not overlap the two.
+double projected_epoch_seconds(double steps_per_epoch, double step_compute_seconds, int replicas, double bytes,
+                               double alpha_seconds, double beta_bytes_per_second);
+
+// One row of the comparison table (lenet-bench and the PyTorch peers write the same fields). Missing
+// measurements are absent (null in JSON, "-" in Markdown).
+struct BenchRow {
+  std::string name, impl, mode;
+  int replicas = 0;
+  std::vector<std::string> devices;
+  int batch_size = 0;
+  double lr = 0;
+  int epochs = 0;
+  std::optional<double> seconds_per_epoch, examples_per_second, kernel_ms_per_step, idle_ms_per_step,
+      host_enqueue_ms_per_step, kernel_launches_per_step, graph_launches_per_step, allreduce_ms_per_step, test_acc;
+  std::vector<double> test_acc_per_epoch, epoch_seconds;
+};
+
+nlohmann::json to_json(const BenchRow& row);
+BenchRow row_from_json(const nlohmann::json& j);  // throws std::runtime_error naming the missing field
+
+// The table, each row's seconds per epoch also as a ratio to the reference row (the first row named
+// `reference`, when present).
+std::string markdown_table(const std::vector<BenchRow>& rows, const std::string& reference);
+
+}  // namespace lenet::profiling

@@ -1,0 +1,111 @@
+#include "profiling/cupti_trace.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+
+#ifdef LENET_HAVE_CUPTI
+#include <cupti.h>
+#endif
+
+namespace lenet::profiling {
+
+#ifdef LENET_HAVE_CUPTI
+namespace {
+
+std::mutex g_mutex;
+Activity g_activity;  // filled by CUPTI's buffer-completed callback, possibly on its own thread
+
+void check(CUptiResult rc, const char* call) {
+  if (rc == CUPTI_SUCCESS) return;
+  const char* text = nullptr;
+  cuptiGetResultString(rc, &text);
+  throw std::runtime_error(std::string(call) + " failed: " + (text ? text : "unknown CUPTI error"));
+}
+
+constexpr size_t kBufferBytes = size_t{8} << 20;
+constexpr size_t kAlign = 8;  // CUPTI requires 8-byte aligned activity buffers
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(kAlign, kBufferBytes));
+  *size = *buffer ? kBufferBytes : 0;
+  *max_records = 0;  // as many as fit
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  CUpti_Activity* record = nullptr;
+  while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+    switch (record->kind) {
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+        g_activity.kernels.push_back({k->start, k->end, k->deviceId});
+        if (k->graphId == 0) ++g_activity.host_launched_kernels;
+        if (k->name != nullptr && std::strstr(k->name, "add_into_kernel") != nullptr)
+          g_activity.allreduce_seconds += double(k->end - k->start) * 1e-9;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+        if (m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOD || m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_PTOP)
+          g_activity.allreduce_seconds += double(m->end - m->start) * 1e-9;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY2: {  // peer-to-peer copies between devices
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record);
+        g_activity.allreduce_seconds += double(m->end - m->start) * 1e-9;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_RUNTIME: {
+        const auto* api = reinterpret_cast<const CUpti_ActivityAPI*>(record);
+        if (api->cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000 ||
+            api->cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000)
+          ++g_activity.graph_launches;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  std::free(buffer);
+}
+
+constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                         CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_RUNTIME};
+
+}  // namespace
+
+bool CuptiTrace::available() { return true; }
+
+std::string CuptiTrace::unavailable_reason() { return ""; }
+
+void CuptiTrace::start() {
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_activity = Activity{};
+  }
+  static std::once_flag registered;
+  std::call_once(registered, [] {
+    check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
+  });
+  for (CUpti_ActivityKind kind : kKinds) check(cuptiActivityEnable(kind), "cuptiActivityEnable");
+}
+
+Activity CuptiTrace::stop() {
+  check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+  for (CUpti_ActivityKind kind : kKinds) check(cuptiActivityDisable(kind), "cuptiActivityDisable");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return std::move(g_activity);
+}
+
+#else
+
+bool CuptiTrace::available() { return false; }
+std::string CuptiTrace::unavailable_reason() { return "this build found no CUPTI"; }
+void CuptiTrace::start() { throw std::runtime_error(unavailable_reason()); }
+Activity CuptiTrace::stop() { return {}; }
+
+#endif
+
+}  // namespace lenet::profiling

@@ -1,0 +1,32 @@
+// GPU activity of a timed region from CUPTI's activity API: every kernel that ran (cuDNN's and cuBLAS's
+// included, which counting our own launch calls would miss), the device-to-device and peer copies, and
+// the graph launches. Only one trace may be active at a time in a process.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "profiling/bench_model.hpp"
+
+namespace lenet::profiling {
+
+struct Activity {
+  std::vector<Interval> kernels;
+  size_t host_launched_kernels = 0;  // kernels not launched by a graph (graphId 0)
+  size_t graph_launches = 0;         // cudaGraphLaunch calls
+  // Time of the allreduce's work: our add kernels plus device-to-device and peer copies (the only ones
+  // the training step makes besides host-to-device input copies).
+  double allreduce_seconds = 0;
+};
+
+class CuptiTrace {
+ public:
+  // False when the build found no CUPTI; start() then throws and the bench leaves its columns empty.
+  static bool available();
+  // Why not, when not available or when CUPTI refused (e.g. a profiler already attached).
+  static std::string unavailable_reason();
+  void start();
+  Activity stop();  // flushes every buffer, then disables the activity kinds
+};
+
+}  // namespace lenet::profiling

@@ -1,0 +1,116 @@
+// lenet-bench's arithmetic and writers against hand-computed values, and the tool itself on the CPU
+// backend (its GPU columns are checked by tests/gpu/test_bench.cpp where a GPU answers).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.hpp"
+#include "engine/cuda_probe.hpp"
+#include "model/lenet.hpp"
+#include "profiling/bench_model.hpp"
+
+namespace {
+
+using namespace lenet::profiling;
+
+TEST(BenchModel, FlopsMatchAHandCountPerLayer) {
+  const double conv1 = 2.0 * 20 * (1 * 3 * 3) * (26 * 26);   // 243,360
+  const double conv2 = 2.0 * 50 * (20 * 5 * 5) * (9 * 9);    // 4,050,000
+  const double fc1 = 2.0 * 800 * 128, fc2 = 2.0 * 128 * 10;  // 204,800 and 2,560
+  EXPECT_EQ(lenet::model::forward_flops_per_example(), 4500720.0);
+  EXPECT_EQ(conv1 + conv2 + fc1 + fc2, 4500720.0);
+  // Backward: a weight gradient per layer and an input gradient per layer but conv1.
+  EXPECT_EQ(lenet::model::train_flops_per_example(), 3 * 4500720.0 - conv1);
+  EXPECT_NEAR(lenet::model::train_flops_per_example() * 60000 / 1e12, 0.80, 0.01);  // "about 0.8 TFLOP"
+}
+
+TEST(BenchModel, BandwidthFollowsNcclTests) {
+  EXPECT_DOUBLE_EQ(algbw(1e9, 0.5), 2e9);
+  EXPECT_DOUBLE_EQ(allreduce_busbw(10.0, 2), 10.0);
+  EXPECT_DOUBLE_EQ(allreduce_busbw(10.0, 4), 15.0);
+  EXPECT_DOUBLE_EQ(allreduce_busbw(10.0, 8), 17.5);
+}
+
+TEST(BenchModel, BusyAndIdleFromKernelIntervals) {
+  // Device 0: [0,10] and [5,15] overlap, then a 5 ns gap, then [20,30]; device 1: one kernel.
+  const BusyIdle r = busy_and_idle({{20, 30, 0}, {0, 10, 0}, {100, 110, 1}, {5, 15, 0}});
+  EXPECT_NEAR(r.kernel_seconds, 40e-9, 1e-18);
+  EXPECT_NEAR(r.busy_seconds, 35e-9, 1e-18);
+  EXPECT_NEAR(r.idle_seconds, 5e-9, 1e-18);
+  EXPECT_EQ(busy_and_idle({}).busy_seconds, 0.0);
+}
+
+TEST(BenchModel, PeakAndProjection) {
+  EXPECT_EQ(fp32_lanes_per_sm(9, 0), 128);
+  EXPECT_EQ(fp32_lanes_per_sm(8, 0), 64);
+  EXPECT_EQ(fp32_lanes_per_sm(3, 0), 0);
+  EXPECT_NEAR(peak_fp32_flops(132, 128, 1.98e9), 66.9e12, 0.1e12);  // H200 SXM: 67 TFLOP/s FP32
+  EXPECT_EQ(ring_allreduce_seconds(1, 1e6, 1e-6, 1e9), 0.0);
+  EXPECT_DOUBLE_EQ(ring_allreduce_seconds(4, 1e6, 1e-6, 1e9), 6e-6 + 1.5e-3);
+  EXPECT_DOUBLE_EQ(projected_epoch_seconds(100, 1e-3, 2, 1e6, 1e-6, 1e9), 100 * (1e-3 + 2e-6 + 1e-3));
+}
+
+BenchRow sample_row(const std::string& name, double seconds) {
+  BenchRow r;
+  r.name = name;
+  r.impl = "lenet-dp";
+  r.mode = "graph";
+  r.replicas = 2;
+  r.devices = {"cuda:0", "cuda:0"};
+  r.batch_size = 256;
+  r.lr = 0.2;
+  r.epochs = 3;
+  r.seconds_per_epoch = seconds;
+  r.kernel_ms_per_step = 0.5;
+  r.test_acc = 0.83;
+  r.test_acc_per_epoch = {0.1, 0.6, 0.83};
+  return r;
+}
+
+TEST(BenchModel, JsonRoundTripAndMarkdown) {
+  const BenchRow a = sample_row("naive R=1", 2.0), b = sample_row("graph R=2", 0.5);
+  const BenchRow back = row_from_json(to_json(b));
+  EXPECT_EQ(to_json(back), to_json(b));
+  EXPECT_TRUE(to_json(b)["idle_ms_per_step"].is_null());
+  nlohmann::json missing = to_json(b);
+  missing.erase("test_acc");
+  EXPECT_THROW(row_from_json(missing), std::runtime_error);
+  const std::string md = markdown_table({a, b}, "naive R=1");
+  EXPECT_NE(md.find("| naive R=1 | 2.000 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 0.8300 | 0.250 |"), std::string::npos) << md;  // graph takes 0.25 of naive's time
+  EXPECT_NE(md.find("| - |"), std::string::npos) << md;               // unmeasured columns
+}
+
+class BenchTool : public lenet::testing::Cli {};
+
+TEST_F(BenchTool, CpuRowsWriteJsonAndMarkdown) {
+  const std::string json = (dir_ / "b.json").string(), md = (dir_ / "b.md").string();
+  const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1,2 "
+                          "--train-limit 512 --test-limit 128 --epochs 1 --json '" + json + "' --markdown '" + md +
+                          "' >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream in(json);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["rows"].size(), 2u);
+  for (const auto& row : j["rows"]) {
+    const BenchRow r = row_from_json(row);
+    ASSERT_TRUE(r.seconds_per_epoch.has_value());
+    EXPECT_GT(*r.seconds_per_epoch, 0.0);
+    EXPECT_EQ(r.test_acc_per_epoch.size(), 2u);  // warm-up and timed epoch
+  }
+  EXPECT_NEAR(j["floor"]["flops_per_epoch"].get<double>(), 512 * lenet::model::train_flops_per_example(), 1.0);
+  EXPECT_NE(lenet::testing::slurp(md).find("| cpu R=2 |"), std::string::npos);
+}
+
+TEST_F(BenchTool, GpuModesWithoutDeviceIsAUsageError) {
+  const lenet::engine::CudaProbe probe = lenet::engine::probe_cuda();
+  if (!probe.no_device()) GTEST_SKIP() << "a CUDA device answers";
+  const std::string cmd = "'" LENET_BENCH_EXE "' --modes graph >/dev/null 2>&1";
+  const int raw = std::system(cmd.c_str());
+  EXPECT_EQ(WEXITSTATUS(raw), 2);
+}
+
+}  // namespace

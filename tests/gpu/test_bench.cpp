@@ -1,0 +1,43 @@
+// lenet-bench on a GPU: one short configuration of each mode, and every column of its table filled with
+// a finite number (CUPTI's counts included), the allreduce sweep and the projection present.
+#include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.hpp"
+#include "gpu_test.hpp"
+#include "profiling/bench_model.hpp"
+
+namespace {
+
+class BenchTool : public lenet::testing::Cli {};
+
+TEST_F(BenchTool, ShortRunFillsEveryColumn) {
+  LENET_REQUIRE_GPU();
+  const std::string json = (dir_ / "b.json").string();
+  const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes naive,graph "
+                          "--replicas 2 --num-gpus 1 --train-limit 2048 --test-limit 512 --epochs 1 "
+                          "--allreduce-replicas 2 --json '" + json + "' --markdown '" + (dir_ / "b.md").string() +
+                          "' >'" + (dir_ / "out").string() + "' 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << lenet::testing::slurp(dir_ / "out");
+  std::ifstream in(json);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["rows"].size(), 2u);
+  for (const auto& row : j["rows"]) {
+    for (const char* key : {"seconds_per_epoch", "examples_per_second", "kernel_ms_per_step", "idle_ms_per_step",
+                            "host_enqueue_ms_per_step", "kernel_launches_per_step", "graph_launches_per_step",
+                            "allreduce_ms_per_step", "test_acc"}) {
+      ASSERT_TRUE(row.contains(key) && row[key].is_number()) << row["name"] << ": " << key << " missing";
+      EXPECT_TRUE(std::isfinite(row[key].get<double>())) << row["name"] << ": " << key;
+    }
+  }
+  EXPECT_GT(j["rows"][1]["graph_launches_per_step"].get<double>(), 0.5) << "graph mode replays a graph per step";
+  EXPECT_LT(j["rows"][1]["kernel_launches_per_step"].get<double>(),
+            j["rows"][0]["kernel_launches_per_step"].get<double>()) << "graph mode launches fewer kernels from the host";
+  EXPECT_GT(j["allreduce"].size(), 0u);
+  EXPECT_EQ(j["projection"].size(), 8u);
+  EXPECT_GT(j["floor"]["seconds_at_peak_fp32"].get<double>(), 0.0);
+}
+
+}  // namespace
