@@ -11,7 +11,9 @@
 # PyTorch's wheel (nvidia.cudnn). Every step has a time limit and a failure does not stop the others.
 # Environment: LENET_CHECK_BUDGET (seconds for everything, default 450), LENET_COMMIT (when the tree has
 # no .git), LENET_CHECK_EPOCHS (default 10), LENET_CHECK_SWEEP (0 skips the sweep),
-# LENET_CHECK_SANITIZERS (compute-sanitizer tools, default "memcheck racecheck"), CUDNN_ROOT.
+# LENET_CHECK_SANITIZERS (compute-sanitizer tools, default "memcheck racecheck"), CUDNN_ROOT,
+# LENET_CHECK_PHASES (any of: tests experiment sweep bench sanitizers cpu; default all of them; split
+# them over several runs when one run's time limit is too short for all).
 set -uo pipefail
 out=${1:?usage: profiling/gpu-check.sh OUTDIR}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
@@ -22,6 +24,8 @@ exec > >(tee "$out/log") 2>&1
 start_time=$(date +%s)
 budget=${LENET_CHECK_BUDGET:-450}
 epochs=${LENET_CHECK_EPOCHS:-10}
+phases=" ${LENET_CHECK_PHASES:-tests experiment sweep bench sanitizers cpu} "
+phase() { [[ $phases == *" $1 "* ]]; }
 bundle=$root/.gpu-bundle
 build=$root/build-gpu
 results=()
@@ -108,16 +112,16 @@ echo "data: $data (from $data_src)"
 train=$build/engine/lenet-train
 if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build" 300 cmake --build "$build" -j "$(nproc)"; then
   step "version" 20 "$train" --version
-  step "tests" 300 ctest --test-dir "$build" --output-on-failure --timeout 240 --output-junit "$out/ctest.xml"
+  phase tests && step "tests" 300 ctest --test-dir "$build" --output-on-failure --timeout 240 --output-junit "$out/ctest.xml"
   # The source text's experiment. Two replicas use two GPUs where there are two, else share one.
   if ((gpus >= 2)); then r2=(--num-gpus 2); else r2=(--num-gpus 1 --replicas 2); fi
-  for mode in naive graph; do
+  phase experiment && for mode in naive graph; do
     step "$mode R=1" 200 "$train" --backend cuda --mode $mode --num-gpus 1 --epochs "$epochs" --metrics "$out/$mode-r1.jsonl"
     step "$mode R=2" 200 "$train" --backend cuda --mode $mode "${r2[@]}" --epochs "$epochs" --metrics "$out/$mode-r2.jsonl"
   done
   # Both modes side by side over replicas sharing GPU 0 and global batch sizes, on the first 16384
   # training examples (one timed pass each; the table scales seconds to a 60,000-example epoch).
-  if [[ ${LENET_CHECK_SWEEP:-1} != 0 ]]; then
+  if phase sweep && [[ ${LENET_CHECK_SWEEP:-1} != 0 ]]; then
     mkdir -p "$out/sweep"
     for b in 64 256 1024; do
       for r in 1 2 4 8; do
@@ -128,8 +132,24 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
       done
     done
   fi
+  # lenet-bench with the PyTorch peers (textbook and CUDA-graph variants) in one combined table, and the
+  # pictures drawn from everything in OUTDIR.
+  if phase bench; then
+    peers=()
+    for variant in textbook graphs; do
+      if step "peer $variant" 240 python3 profiling/peers/lenet_peer.py --variant $variant --num-gpus 1 --epochs 3 \
+        --data-dir "$data" --json "$out/peer-$variant.json"; then
+        peers+=("$out/peer-$variant.json")
+      fi
+    done
+    step "lenet-bench" 400 "$build/profiling/lenet-bench" --num-gpus 1 --data-dir "$data" --json "$out/bench.json" \
+      --markdown "$out/bench.md" ${peers[@]:+--peers "${peers[@]}"}
+    step "plots" 60 python3 profiling/plot.py --out "$out/plots" "$out"
+  fi
   # compute-sanitizer on short runs of both modes (two replicas sharing GPU 0).
-  if command -v compute-sanitizer >/dev/null; then
+  if ! phase sanitizers; then
+    :
+  elif command -v compute-sanitizer >/dev/null; then
     for tool in ${LENET_CHECK_SANITIZERS:-memcheck racecheck}; do
       for mode in naive graph; do
         step "sanitizer $tool $mode" 90 compute-sanitizer --tool $tool --error-exitcode 99 --log-file "$out/sanitizer-$tool-$mode.txt" \
@@ -139,7 +159,7 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
   else
     echo "compute-sanitizer: not found"
   fi
-  step "cpu R=1" 300 "$train" --backend cpu --epochs "$epochs" --metrics "$out/cpu-r1.jsonl"
+  phase cpu && step "cpu R=1" 300 "$train" --backend cpu --epochs "$epochs" --metrics "$out/cpu-r1.jsonl"
 fi
 
 echo "=== summary"
@@ -189,4 +209,5 @@ if rows:
     for r in rows:
         print("| %s | %s | %s | %d | %s | %d | %.4f | %.4f | %.3f | %.0f |" % r)
 PY
+  [[ -f $out/bench.md ]] && { echo; cat "$out/bench.md"; }
 } | tee "$out/summary.md"
