@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "engine/cpu_backend.hpp"
+#include "train_steps.hpp"
 #include "io/dataset.hpp"
-#include "io/sampler.hpp"
 #include "model/lenet.hpp"
 
 namespace {
@@ -26,12 +26,7 @@ const io::FashionMnist& data() {
 // returns every replica's parameters.
 std::vector<std::vector<float>> train_replicas(int replicas, int batch, uint64_t seed, size_t max_steps = 9) {
   engine::CpuBackend b(replicas, model::init_parameters<float>(seed));
-  const io::EpochSampler sampler(data().train.size(), size_t(batch), seed, true);
-  const std::vector<uint32_t> order = sampler.epoch_order(0);
-  for (size_t k = 0; k < std::min(max_steps, sampler.num_batches()); ++k) {
-    const io::BatchRange r = sampler.batch(k);
-    b.train_step(data().train, order.data() + r.first, int(r.rows), 0.2f);
-  }
+  lenet::testing::train_epoch0(b, data().train, batch, seed, max_steps);
   std::vector<std::vector<float>> out;
   for (int i = 0; i < replicas; ++i) out.push_back(b.parameters(i));
   return out;
@@ -39,17 +34,12 @@ std::vector<std::vector<float>> train_replicas(int replicas, int batch, uint64_t
 
 std::vector<float> train_steps(int replicas, int batch, uint64_t seed) { return train_replicas(replicas, batch, seed)[0]; }
 
-double norm_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-  return std::sqrt(s);
-}
 
 TEST(Equivalence, ReplicaCountDoesNotChangeTheParameters) {
   const uint64_t seed = 5;
   const std::vector<float> start = model::init_parameters<float>(seed);
   const std::vector<float> one = train_steps(1, 256, seed);
-  const double moved = norm_diff(one, start);
+  const double moved = lenet::testing::distance(one, start);
   ASSERT_GT(moved, 1e-3) << "the steps must change the parameters for the comparison to mean anything";
   for (int r : {2, 3, 4}) {
     const std::vector<std::vector<float>> all = train_replicas(r, 256, seed);
@@ -57,7 +47,7 @@ TEST(Equivalence, ReplicaCountDoesNotChangeTheParameters) {
     // Only summation order differs (per-replica GEMM sums, the ring's chunk sums): float32 rounding of
     // ~1e-7 relative per operation, accumulated over 9 steps, stays orders of magnitude under 1e-4 of
     // the distance the parameters moved; a wrong split, divisor or reduction gives O(1).
-    EXPECT_LT(norm_diff(got, one) / moved, 1e-4) << "R=" << r;
+    EXPECT_LT(lenet::testing::distance(got, one) / moved, 1e-4) << "R=" << r;
     for (int i = 1; i < r; ++i) EXPECT_EQ(all[size_t(i)], got) << "replica " << i << " of " << r << " differs";
   }
 }
@@ -68,7 +58,7 @@ TEST(Equivalence, ReplicaWithNoRowsContributesNothing) {
   const std::vector<float> start = model::init_parameters<float>(seed);
   const std::vector<float> one = train_steps(1, 5, seed);
   const std::vector<float> four = train_steps(4, 5, seed);
-  EXPECT_LT(norm_diff(four, one) / norm_diff(one, start), 1e-4);
+  EXPECT_LT(lenet::testing::distance(four, one) / lenet::testing::distance(one, start), 1e-4);
 }
 
 TEST(Equivalence, SameSeedSameBits) {

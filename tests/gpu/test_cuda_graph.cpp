@@ -10,13 +10,14 @@
 #include "engine/cuda_naive_backend.hpp"
 #include "engine/trainer.hpp"
 #include "gpu_test.hpp"
+#include "train_steps.hpp"
 #include "io/dataset.hpp"
-#include "io/sampler.hpp"
 #include "model/lenet.hpp"
 
 namespace {
 
 using namespace lenet;
+using lenet::testing::distance;
 
 constexpr size_t kExamples = 10 * 256 + 96;  // ten full minibatches, then the partial one
 
@@ -34,20 +35,7 @@ engine::CudaPlacement one_gpu(int replicas) {
   return p;
 }
 
-void run_epoch0(engine::Backend& b, uint64_t seed) {
-  const io::EpochSampler sampler(data().train.size(), 256, seed, true);
-  const std::vector<uint32_t> order = sampler.epoch_order(0);
-  for (size_t k = 0; k < sampler.num_batches(); ++k) {
-    const io::BatchRange r = sampler.batch(k);
-    b.train_step(data().train, order.data() + r.first, int(r.rows), 0.2f);
-  }
-}
-
-double distance(const std::vector<float>& a, const std::vector<float>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-  return std::sqrt(s);
-}
+void run_epoch0(engine::Backend& b, uint64_t seed) { lenet::testing::train_epoch0(b, data().train, 256, seed); }
 
 // Bound as in the naive mode's tests: only float32 summation order differs (the captured step also
 // runs the partial minibatch at full size with masked rows, which adds exact zeros), so the parameters

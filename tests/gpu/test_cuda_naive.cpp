@@ -5,13 +5,14 @@
 #include "engine/cpu_backend.hpp"
 #include "engine/cuda_naive_backend.hpp"
 #include "gpu_test.hpp"
+#include "train_steps.hpp"
 #include "io/dataset.hpp"
-#include "io/sampler.hpp"
 #include "model/lenet.hpp"
 
 namespace {
 
 using namespace lenet;
+using lenet::testing::distance;
 
 const io::FashionMnist& data() {
   static const io::FashionMnist d = io::load_fashion_mnist(LENET_TEST_DATA_DIR);
@@ -27,22 +28,6 @@ engine::CudaPlacement one_gpu(int replicas, int batch) {
   return p;
 }
 
-// `steps` minibatches of epoch 0 of the sampler with this seed and batch size.
-void run_steps(engine::Backend& b, int batch, uint64_t seed, size_t steps) {
-  const io::EpochSampler sampler(data().train.size(), size_t(batch), seed, true);
-  const std::vector<uint32_t> order = sampler.epoch_order(0);
-  for (size_t k = 0; k < steps; ++k) {
-    const io::BatchRange r = sampler.batch(k);
-    b.train_step(data().train, order.data() + r.first, int(r.rows), 0.2f);
-  }
-}
-
-double distance(const std::vector<float>& a, const std::vector<float>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-  return std::sqrt(s);
-}
-
 // After the steps, the GPU parameters differ from the CPU backend's by under 1e-4 of the distance the
 // parameters moved: only float32 summation order differs (cuDNN's and OpenBLAS's sums, the allreduce's
 // order), ~1e-6 relative per step; a wrong split, divisor or reduction gives O(1).
@@ -50,9 +35,9 @@ void compare_with_cpu(int replicas, int batch, size_t steps) {
   const uint64_t seed = 3;
   const std::vector<float> start = model::init_parameters<float>(seed);
   engine::CpuBackend cpu(1, start);
-  run_steps(cpu, batch, seed, steps);
+  lenet::testing::train_epoch0(cpu, data().train, batch, seed, steps);
   engine::CudaNaiveBackend gpu(one_gpu(replicas, batch), start);
-  run_steps(gpu, batch, seed, steps);
+  lenet::testing::train_epoch0(gpu, data().train, batch, seed, steps);
   const std::vector<float> ref = cpu.parameters(0);
   const double moved = distance(ref, start);
   ASSERT_GT(moved, 1e-4);
@@ -82,8 +67,8 @@ TEST(CudaNaive, SameSeedGivesTheSameBits) {
   LENET_REQUIRE_GPU();
   const std::vector<float> start = model::init_parameters<float>(11);
   engine::CudaNaiveBackend a(one_gpu(2, 256), start), b(one_gpu(2, 256), start);
-  run_steps(a, 256, 11, 10);
-  run_steps(b, 256, 11, 10);
+  lenet::testing::train_epoch0(a, data().train, 256, 11, 10);
+  lenet::testing::train_epoch0(b, data().train, 256, 11, 10);
   EXPECT_EQ(a.parameters(0), b.parameters(0));
 }
 
