@@ -6,6 +6,7 @@
 // replica 0) and a projection to several GPUs. Writes the tables as JSON and Markdown.
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -70,13 +71,15 @@ struct EpochRun {
   size_t steps = 0;
 };
 
+// `step_starts`, when given, receives the CUPTI time at the start of every step's host call.
 EpochRun run_epoch(engine::Backend& backend, const io::FashionMnist& data, const io::EpochSampler& sampler, int epoch,
-                   float lr) {
+                   float lr, std::vector<uint64_t>* step_starts = nullptr) {
   const std::vector<uint32_t> order = sampler.epoch_order(uint64_t(epoch));
   EpochRun r;
   const Clock::time_point t0 = Clock::now();
   for (size_t k = 0; k < sampler.num_batches(); ++k) {
     const io::BatchRange batch = sampler.batch(k);
+    if (step_starts) step_starts->push_back(profiling::CuptiTrace::now());
     const Clock::time_point h0 = Clock::now();
     backend.train_step(data.train, order.data() + batch.first, int(batch.rows), lr);
     r.host_seconds += seconds(Clock::now() - h0);
@@ -88,7 +91,7 @@ EpochRun run_epoch(engine::Backend& backend, const io::FashionMnist& data, const
 }
 
 profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_gpus, const io::FashionMnist& data,
-                                 const Options& o) {
+                                 const Options& o, nlohmann::json* timeline = nullptr) {
   std::unique_ptr<engine::Backend> backend = make_backend(mode, replicas, num_gpus, data, o);
   const io::EpochSampler sampler(data.train.size(), size_t(o.batch_size), o.seed, true);
   profiling::BenchRow row;
@@ -122,9 +125,17 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
   row.host_enqueue_ms_per_step = host / double(steps) * 1e3;
   if (traced) {
     profiling::CuptiTrace trace;
+    std::vector<uint64_t> step_starts;
     trace.start();
-    const EpochRun r = run_epoch(*backend, data, sampler, epoch++, float(o.lr));
+    const EpochRun r = run_epoch(*backend, data, sampler, epoch++, float(o.lr), &step_starts);
     const profiling::Activity a = trace.stop();
+    if (timeline != nullptr) {
+      *timeline = {{"mode", mode}, {"replicas", replicas}, {"batch_size", o.batch_size}, {"steps", nlohmann::json::array()}};
+      const std::vector<profiling::BusyIdle> steps = profiling::per_step_busy_idle(a.launched, step_starts);
+      for (size_t k = 0; k < steps.size(); ++k)
+        (*timeline)["steps"].push_back(
+            {{"step", k}, {"kernel_ms", steps[k].busy_seconds * 1e3}, {"idle_ms", steps[k].idle_seconds * 1e3}});
+    }
     evaluate();
     const profiling::BusyIdle bi = profiling::busy_and_idle(a.kernels);
     const double n = double(r.steps);
@@ -321,7 +332,13 @@ int main(int argc, char** argv) {
     for (const std::string& mode : o.modes)
       for (int r : o.replicas) {
         std::cerr << "lenet-bench: " << mode << " R=" << r << std::endl;
-        rows.push_back(bench_config(mode, r, num_gpus, data, o));
+        nlohmann::json timeline;
+        rows.push_back(bench_config(mode, r, num_gpus, data, o, &timeline));
+        if (!timeline.is_null()) {  // per-step kernel and idle time, for profiling/plot.py
+          const std::string path = (std::filesystem::path(o.json_path).parent_path() /
+                                    ("timeline-" + mode + "-r" + std::to_string(r) + ".json")).string();
+          std::ofstream(path) << timeline.dump() << '\n';
+        }
       }
     for (const std::string& file : o.peers) {
       std::ifstream in(file);

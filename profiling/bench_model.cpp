@@ -1,9 +1,7 @@
 #include "profiling/bench_model.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -36,6 +34,19 @@ BusyIdle busy_and_idle(std::vector<Interval> kernels) {
     r.idle_seconds += double(last - first - busy) * 1e-9;
   }
   return r;
+}
+
+std::vector<BusyIdle> per_step_busy_idle(const std::vector<LaunchedKernel>& kernels,
+                                         const std::vector<uint64_t>& step_starts) {
+  std::vector<std::vector<Interval>> by_step(step_starts.size());
+  for (const LaunchedKernel& k : kernels) {
+    const auto after = std::upper_bound(step_starts.begin(), step_starts.end(), k.launched);
+    if (after == step_starts.begin()) continue;
+    by_step[size_t(after - step_starts.begin()) - 1].push_back(k.run);
+  }
+  std::vector<BusyIdle> out;
+  for (auto& step : by_step) out.push_back(busy_and_idle(std::move(step)));
+  return out;
 }
 
 double algbw(double bytes, double seconds) { return bytes / seconds; }

@@ -24,6 +24,19 @@ struct BusyIdle {
 };
 BusyIdle busy_and_idle(std::vector<Interval> kernels);
 
+// A kernel and the time its launch was called on the host (the API record with the same CUPTI
+// correlation id: the kernel launch itself, or the cudaGraphLaunch that replayed it).
+struct LaunchedKernel {
+  Interval run;
+  uint64_t launched = 0;
+};
+
+// Busy and idle time per training step: a kernel belongs to the step during whose host call it was
+// launched (step k's call starts at step_starts[k], on CUPTI's clock). Kernels launched before the first
+// step are left out.
+std::vector<BusyIdle> per_step_busy_idle(const std::vector<LaunchedKernel>& kernels,
+                                         const std::vector<uint64_t>& step_starts);
+
 // nccl-tests (doc/PERFORMANCE.md): algbw = bytes / time; for allreduce busbw = algbw * 2 (n - 1) / n,
 // the bandwidth each link must sustain, comparable across replica counts.
 double algbw(double bytes, double seconds);

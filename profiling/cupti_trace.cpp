@@ -4,6 +4,8 @@
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
+#include <unordered_map>
+#include <utility>
 
 #ifdef LENET_HAVE_CUPTI
 #include <cupti.h>
@@ -16,6 +18,9 @@ namespace {
 
 std::mutex g_mutex;
 Activity g_activity;  // filled by CUPTI's buffer-completed callback, possibly on its own thread
+// Correlation ids: kernel -> its launch (runtime or driver API record) -> when that call started.
+std::vector<std::pair<uint32_t, Interval>> g_kernel_correlation;
+std::unordered_map<uint32_t, uint64_t> g_api_start;
 
 void check(CUptiResult rc, const char* call) {
   if (rc == CUPTI_SUCCESS) return;
@@ -41,6 +46,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
         g_activity.kernels.push_back({k->start, k->end, k->deviceId});
+        g_kernel_correlation.push_back({k->correlationId, {k->start, k->end, k->deviceId}});
         if (k->graphId == 0) ++g_activity.host_launched_kernels;
         if (k->name != nullptr && std::strstr(k->name, "add_into_kernel") != nullptr)
           g_activity.allreduce_seconds += double(k->end - k->start) * 1e-9;
@@ -57,8 +63,14 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
         g_activity.allreduce_seconds += double(m->end - m->start) * 1e-9;
         break;
       }
+      case CUPTI_ACTIVITY_KIND_DRIVER: {
+        const auto* api = reinterpret_cast<const CUpti_ActivityAPI*>(record);
+        g_api_start[api->correlationId] = api->start;
+        break;
+      }
       case CUPTI_ACTIVITY_KIND_RUNTIME: {
         const auto* api = reinterpret_cast<const CUpti_ActivityAPI*>(record);
+        g_api_start[api->correlationId] = api->start;
         if (api->cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000 ||
             api->cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000)
           ++g_activity.graph_launches;
@@ -72,7 +84,8 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 }
 
 constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                         CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_RUNTIME};
+                                         CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_RUNTIME,
+                                         CUPTI_ACTIVITY_KIND_DRIVER};
 
 }  // namespace
 
@@ -84,6 +97,8 @@ void CuptiTrace::start() {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_activity = Activity{};
+    g_kernel_correlation.clear();
+    g_api_start.clear();
   }
   static std::once_flag registered;
   std::call_once(registered, [] {
@@ -96,7 +111,17 @@ Activity CuptiTrace::stop() {
   check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
   for (CUpti_ActivityKind kind : kKinds) check(cuptiActivityDisable(kind), "cuptiActivityDisable");
   std::lock_guard<std::mutex> lock(g_mutex);
+  for (const auto& [correlation, run] : g_kernel_correlation) {
+    const auto api = g_api_start.find(correlation);
+    if (api != g_api_start.end()) g_activity.launched.push_back({run, api->second});
+  }
   return std::move(g_activity);
+}
+
+uint64_t CuptiTrace::now() {
+  uint64_t t = 0;
+  check(cuptiGetTimestamp(&t), "cuptiGetTimestamp");
+  return t;
 }
 
 #else
@@ -105,6 +130,7 @@ bool CuptiTrace::available() { return false; }
 std::string CuptiTrace::unavailable_reason() { return "this build found no CUPTI"; }
 void CuptiTrace::start() { throw std::runtime_error(unavailable_reason()); }
 Activity CuptiTrace::stop() { return {}; }
+uint64_t CuptiTrace::now() { return 0; }
 
 #endif
 

@@ -12,6 +12,7 @@ namespace lenet::profiling {
 
 struct Activity {
   std::vector<Interval> kernels;
+  std::vector<LaunchedKernel> launched;  // the same kernels with their host launch times, where known
   size_t host_launched_kernels = 0;  // kernels not launched by a graph (graphId 0)
   size_t graph_launches = 0;         // cudaGraphLaunch calls
   // Time of the allreduce's work: our add kernels plus device-to-device and peer copies (the only ones
@@ -27,6 +28,7 @@ class CuptiTrace {
   static std::string unavailable_reason();
   void start();
   Activity stop();  // flushes every buffer, then disables the activity kinds
+  static uint64_t now();  // CUPTI's clock, the one activity records are stamped with
 };
 
 }  // namespace lenet::profiling

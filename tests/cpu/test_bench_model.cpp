@@ -43,6 +43,23 @@ TEST(BenchModel, BusyAndIdleFromKernelIntervals) {
   EXPECT_EQ(busy_and_idle({}).busy_seconds, 0.0);
 }
 
+TEST(BenchModel, KernelsGoToTheStepThatLaunchedThem) {
+  // Steps start on the host at 0, 100 and 200; kernels run later (a graph replay runs behind the host).
+  const std::vector<LaunchedKernel> k = {
+      {{150, 160, 0}, 10},   // launched in step 0, runs during the host's step 1
+      {{170, 180, 0}, 20},   // step 0: 10 ns of idle between its two kernels
+      {{260, 290, 0}, 120},  // step 1
+      {{5, 6, 0}, -1ull},    // launched "after" every step start: the last step
+      {{1, 2, 0}, 0}};       // at the very start of step 0
+  const std::vector<BusyIdle> steps = per_step_busy_idle(k, {0, 100, 200});
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_NEAR(steps[0].busy_seconds, 21e-9, 1e-18);
+  EXPECT_NEAR(steps[0].idle_seconds, (180 - 1 - 21) * 1e-9, 1e-18);
+  EXPECT_NEAR(steps[1].busy_seconds, 30e-9, 1e-18);
+  EXPECT_NEAR(steps[2].busy_seconds, 1e-9, 1e-18);
+  EXPECT_EQ(per_step_busy_idle({{{1, 2, 0}, 5}}, {10}).at(0).busy_seconds, 0.0) << "launched before the first step";
+}
+
 TEST(BenchModel, PeakAndProjection) {
   EXPECT_EQ(fp32_lanes_per_sm(9, 0), 128);
   EXPECT_EQ(fp32_lanes_per_sm(8, 0), 64);
