@@ -1,0 +1,738 @@
+#!/usr/bin/env python3
+"""PyTorch peer of lenet-train: the same LeNet, data and data-parallel algorithm, written with plain
+tensors, so the C++/CUDA trainer can be compared with what PyTorch itself does.
+
+  --variant textbook  the source text's algorithm as written: replicas, a split minibatch, gradients
+                      summed on replica 0 tensor by tensor and copied back, SGD everywhere, every
+                      device synchronised after every minibatch, evaluation on replica 0.
+  --variant graphs    the same arithmetic with the data resident on the GPU and one whole training
+                      step (gather, forward, backward, allreduce, SGD) captured in a CUDA graph.
+
+Final line (stdout), like the source text: `test acc: 0.83, 3.04 sec/epoch on [cuda:0, cuda:1]`.
+Exit status: 0 done, 1 data or runtime error, 2 usage error; each error is one line on stderr.
+"""
+
+import argparse
+import gzip
+import json
+import math
+import os
+import sys
+import time
+import zlib
+
+PROG = "lenet_peer"
+DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
+IMAGES_MAGIC = 0x00000803
+LABELS_MAGIC = 0x00000801
+SIDE = 28
+CLASSES = 10
+
+# Names and shapes of lenet-train's checkpoints, so dumps and checkpoints line up tensor by tensor.
+PARAM_SPECS = [
+    ("conv1.weight", (20, 1, 3, 3)),
+    ("conv1.bias", (20,)),
+    ("conv2.weight", (50, 20, 5, 5)),
+    ("conv2.bias", (50,)),
+    ("fc1.weight", (128, 800)),
+    ("fc1.bias", (128,)),
+    ("fc2.weight", (10, 128)),
+    ("fc2.bias", (10,)),
+]
+
+
+class UsageError(Exception):
+    pass
+
+
+class DataError(Exception):
+    pass
+
+
+def fail(message, status):
+    print(f"{PROG}: {message}", file=sys.stderr)
+    sys.exit(status)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    # argparse prints the whole usage block before its message; the project's tools answer a usage
+    # error with one line, which scripts and tests can match.
+    def error(self, message):
+        fail(f"{message} (see --help)", 2)
+
+
+def parse_args(argv):
+    p = OneLineParser(prog=PROG, description="PyTorch peer of lenet-train (see profiling/peers/README.md)")
+    p.add_argument("--variant", choices=["textbook", "graphs"], default="textbook")
+    p.add_argument("--num-gpus", type=int, default=None,
+                   help="use devices cuda:0..N-1 (default: all visible; cpu when CUDA is absent)")
+    p.add_argument("--replicas", type=int, default=None, help="replicas, replica i on device i mod N (default N)")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--lr", type=float, default=0.2)
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--data-dir", default=None,
+                   help=f"folder of the four IDX files (default: $LENET_DATA_DIR, else {DEFAULT_DATA_DIR})")
+    p.add_argument("--train-limit", type=int, default=None, help="use the first N training examples")
+    p.add_argument("--test-limit", type=int, default=None, help="use the first N test examples")
+    p.add_argument("--json", default=None, metavar="FILE", help="write the benchmark row to FILE")
+    p.add_argument("--profile-steps", type=int, default=0, metavar="K",
+                   help="after training, profile K steps for the kernel, idle, launch and allreduce fields "
+                        "(default 0: those fields are null)")
+    p.add_argument("--quiet", action="store_true", help="no per-epoch lines on stderr")
+    # For the tests: the parameters after the run, replica 0 flattened, and how far the other replicas are
+    # from it.
+    p.add_argument("--dump-params", default=None, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+
+    if a.batch_size < 1:
+        raise UsageError(f"--batch-size {a.batch_size}: must be at least 1")
+    if not math.isfinite(a.lr) or a.lr <= 0:
+        raise UsageError(f"--lr {a.lr}: must be a finite number above 0")
+    if a.epochs < 1:
+        raise UsageError(f"--epochs {a.epochs}: must be at least 1")
+    if a.num_gpus is not None and a.num_gpus < 1:
+        raise UsageError(f"--num-gpus {a.num_gpus}: must be at least 1")
+    if a.replicas is not None and a.replicas < 1:
+        raise UsageError(f"--replicas {a.replicas}: must be at least 1")
+    if a.replicas is not None and a.replicas > a.batch_size:
+        raise UsageError(f"--replicas {a.replicas} is more than --batch-size {a.batch_size}: "
+                         "every replica needs a row of a full minibatch")
+    if not 0 <= a.seed < 2 ** 40:
+        raise UsageError(f"--seed {a.seed}: must be in 0..2^40-1")
+    for flag, v in (("--train-limit", a.train_limit), ("--test-limit", a.test_limit)):
+        if v is not None and v < 1:
+            raise UsageError(f"{flag} {v}: must be at least 1")
+    if a.profile_steps < 0:
+        raise UsageError(f"--profile-steps {a.profile_steps}: must be at least 0")
+    for flag, path in (("--json", a.json), ("--dump-params", a.dump_params)):
+        if path is not None:
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+                raise DataError(f"{flag} {path}: folder {folder} does not exist or is not writable")
+    return a
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+def read_bytes(path):
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise DataError(f"{path}: cannot read ({e.strerror})")
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            return gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as e:
+            raise DataError(f"{path}: corrupt or truncated gzip data ({e})")
+    if path.endswith(".gz"):
+        raise DataError(f"{path}: named .gz but is not a gzip file")
+    return raw
+
+
+def parse_idx(data, path, magic, dims):
+    header = 4 + 4 * dims
+    if len(data) < 4:
+        raise DataError(f"{path}: truncated header ({len(data)} bytes)")
+    got = int.from_bytes(data[0:4], "big")
+    if got != magic:
+        what = "images" if magic == IMAGES_MAGIC else "labels"
+        raise DataError(f"{path}: bad magic number 0x{got:08x}, expected 0x{magic:08x} (IDX {what})")
+    if len(data) < header:
+        raise DataError(f"{path}: truncated header ({len(data)} of {header} bytes)")
+    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    if dims == 3 and (shape[1], shape[2]) != (SIDE, SIDE):
+        raise DataError(f"{path}: images are {shape[1]}x{shape[2]}, expected {SIDE}x{SIDE}")
+    expected = header + math.prod(shape)
+    if len(data) < expected:
+        raise DataError(f"{path}: truncated data: header promises {shape[0]} items ({expected} bytes) "
+                        f"but the file has {len(data)} bytes")
+    if len(data) > expected:
+        raise DataError(f"{path}: {len(data) - expected} unexpected bytes after {shape[0]} items")
+    return shape[0], memoryview(data)[header:]
+
+
+def find_data_file(folder, name):
+    plain = os.path.join(folder, name)
+    for candidate in (plain, plain + ".gz"):
+        if os.path.isfile(candidate):
+            return candidate
+    raise DataError(f"{plain}(.gz): not found; install the data set with `apt-get install dataset-fashion-mnist` "
+                    "or point --data-dir / LENET_DATA_DIR at a folder holding the four IDX files")
+
+
+def resolve_data_dir(flag):
+    if flag:
+        return flag
+    return os.environ.get("LENET_DATA_DIR") or DEFAULT_DATA_DIR
+
+
+def load_split(torch, folder, prefix, limit, flag, what):
+    images_path = find_data_file(folder, f"{prefix}-images-idx3-ubyte")
+    labels_path = find_data_file(folder, f"{prefix}-labels-idx1-ubyte")
+    n_images, pixels = parse_idx(read_bytes(images_path), images_path, IMAGES_MAGIC, 3)
+    n_labels, labels = parse_idx(read_bytes(labels_path), labels_path, LABELS_MAGIC, 1)
+    if n_images != n_labels:
+        raise DataError(f"{images_path}: {n_images} images but {labels_path} has {n_labels} labels")
+    if n_images == 0:
+        raise DataError(f"{images_path}: holds no examples")
+    bad = next((i for i, v in enumerate(labels) if v >= CLASSES), None)
+    if bad is not None:
+        raise DataError(f"{labels_path}: label {labels[bad]} at index {bad} is outside 0..9")
+    n = n_images
+    if limit is not None:
+        if limit > n:
+            raise DataError(f"{flag} {limit}: the {what} set has only {n} examples")
+        n = limit
+    # bytearray: torch.frombuffer wants a writable buffer and would warn otherwise.
+    x = torch.frombuffer(bytearray(pixels[:n * SIDE * SIDE]), dtype=torch.uint8).reshape(n, 1, SIDE, SIDE)
+    y = torch.frombuffer(bytearray(labels[:n]), dtype=torch.uint8).to(torch.int64)
+    return x, y
+
+
+def to_float(x_uint8):
+    # uint8 / 255 in float32, no normalisation: the same bits as lenet-train's static_cast<float>(p) / 255.0f.
+    return x_uint8.float() / 255
+
+
+# ---------------------------------------------------------------------------------------------- model
+
+def init_params(torch, seed):
+    gen = torch.Generator().manual_seed(seed)
+    params = []
+    for name, shape in PARAM_SPECS:
+        if name.endswith(".weight"):
+            params.append(torch.randn(shape, generator=gen, dtype=torch.float32) * 0.01)
+        else:
+            params.append(torch.zeros(shape, dtype=torch.float32))
+    return params
+
+
+def replicate(params, device):
+    out = []
+    for p in params:
+        q = p.detach().to(device).clone().requires_grad_(True)
+        out.append(q)
+    return out
+
+
+def lenet(F, x, p):
+    h = F.avg_pool2d(F.relu(F.conv2d(x, p[0], p[1])), kernel_size=2, stride=2)
+    h = F.avg_pool2d(F.relu(F.conv2d(h, p[2], p[3])), kernel_size=2, stride=2)
+    h = F.relu(F.linear(h.reshape(h.shape[0], -1), p[4], p[5]))
+    return F.linear(h, p[6], p[7])
+
+
+def shard_rows(rows, replicas):
+    """(first, count) per replica, like torch.chunk: ceil(rows / R) rows each in order, so late replicas
+    may get fewer or none (rows 5, R 4: 2, 2, 1, 0). torch.chunk itself would return fewer than R chunks."""
+    per = -(-rows // replicas)
+    out = []
+    for r in range(replicas):
+        first = min(r * per, rows)
+        out.append((first, min(per, rows - first)))
+    return out
+
+
+def evaluate(torch, F, params, x_all, y_all, device, batch, already_float):
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    with torch.no_grad():
+        for s in range(0, x_all.shape[0], batch):
+            x = x_all[s:s + batch].to(device)
+            if not already_float:
+                x = to_float(x)
+            pred = lenet(F, x, params).argmax(dim=1)
+            correct += (pred == y_all[s:s + batch].to(device)).sum()
+    return correct.item() / x_all.shape[0]
+
+
+def epoch_perm(torch, seed, epoch, n):
+    # Its own generator per epoch, so an epoch's order depends only on (seed, epoch), like lenet-train's.
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + 1 + epoch)
+    return torch.randperm(n, generator=gen)
+
+
+# ------------------------------------------------------------------------------------ textbook variant
+
+class Textbook:
+    def __init__(self, torch, F, params, devices, lr):
+        self.torch, self.F, self.lr = torch, F, lr
+        self.devices = devices
+        self.replicas = [replicate(params, d) for d in devices]
+        for rep in self.replicas:
+            for p in rep:
+                # Zero gradients up front: a replica that gets no rows of a minibatch contributes zeros.
+                p.grad = torch.zeros_like(p)
+        self.cuda_devices = sorted({d for d in devices if d.type == "cuda"}, key=lambda d: d.index)
+
+    def step(self, x, y):
+        torch, F = self.torch, self.F
+        rows = x.shape[0]
+        losses = []
+        for (first, count), dev, p in zip(shard_rows(rows, len(self.replicas)), self.devices, self.replicas):
+            if count == 0:
+                continue
+            xs = x[first:first + count].to(dev)
+            ys = y[first:first + count].to(dev)
+            losses.append(F.cross_entropy(lenet(F, xs, p), ys, reduction="none").sum())
+        for loss in losses:
+            loss.backward()
+        self.allreduce()
+        with torch.no_grad():
+            for rep in self.replicas:
+                for p in rep:
+                    p -= self.lr * p.grad / rows
+                    p.grad.zero_()
+
+    def allreduce(self):
+        # Per parameter tensor: sum on replica 0, then copy the sum back to every other replica.
+        with self.torch.no_grad():
+            first = self.replicas[0]
+            for j in range(len(first)):
+                for rep in self.replicas[1:]:
+                    first[j].grad += rep[j].grad.to(first[j].device)
+                for rep in self.replicas[1:]:
+                    rep[j].grad.copy_(first[j].grad.to(rep[j].device))
+
+    def sync(self):
+        # The source text calls torch.cuda.synchronize() for the current device only; every device used
+        # is waited for here, so a minibatch is really over on all of them before the next begins.
+        for d in self.cuda_devices:
+            self.torch.cuda.synchronize(d)
+
+    def params(self):
+        return self.replicas
+
+
+def run_textbook(torch, F, args, devices, data, timing, trained):
+    train_x, train_y, test_x, test_y = data
+    train_xf = to_float(train_x)  # host floats once, as the source text's loader hands float tensors over
+    test_xf = to_float(test_x)
+    n = train_x.shape[0]
+    model = Textbook(torch, F, init_params(torch, args.seed), devices, args.lr)
+    on_cuda = bool(model.cuda_devices)
+    B = args.batch_size
+    for epoch in range(args.epochs):
+        enqueue = 0.0
+        model.sync()
+        t0 = time.perf_counter()
+        perm = epoch_perm(torch, args.seed, epoch, n)
+        steps = 0
+        for s in range(0, n, B):
+            h0 = time.perf_counter()
+            idx = perm[s:s + B]
+            model.step(train_xf[idx], train_y[idx])
+            enqueue += time.perf_counter() - h0
+            model.sync()
+            steps += 1
+        seconds = time.perf_counter() - t0
+        acc = evaluate(torch, F, model.replicas[0], test_xf, test_y, devices[0], B, True)
+        timing.epoch_done(epoch, seconds, acc, steps, enqueue if on_cuda else None)
+    trained(model.replicas)
+
+    prof = {}
+    if args.profile_steps > 0:
+        batches = []
+        perm = epoch_perm(torch, args.seed, args.epochs, n)
+        for s in range(0, min(n, args.profile_steps * B), B):
+            idx = perm[s:s + B]
+            batches.append((train_xf[idx], train_y[idx]))
+
+        def one_step(k):
+            model.step(*batches[k])
+            model.sync()
+
+        if on_cuda:
+            prof.update(profile_kernels(torch, one_step, len(batches), model.sync))
+        prof["allreduce_ms_per_step"] = time_allreduce(torch, F, model, batches)
+    return prof
+
+
+def time_allreduce(torch, F, model, batches):
+    """Host time of the allreduce alone, each device synchronised before and after it: in the textbook
+    algorithm the allreduce is launch-bound, so this is what it costs a step."""
+    total = 0.0
+    for x, y in batches:
+        rows = x.shape[0]
+        losses = []
+        for (first, count), dev, p in zip(shard_rows(rows, len(model.replicas)), model.devices, model.replicas):
+            if count:
+                losses.append(F.cross_entropy(lenet(F, x[first:first + count].to(dev), p),
+                                              y[first:first + count].to(dev), reduction="none").sum())
+        for loss in losses:
+            loss.backward()
+        model.sync()
+        t0 = time.perf_counter()
+        model.allreduce()
+        model.sync()
+        total += time.perf_counter() - t0
+        with torch.no_grad():
+            for rep in model.replicas:
+                for p in rep:
+                    p.grad.zero_()
+    return 1e3 * total / len(batches)
+
+
+# -------------------------------------------------------------------------------------- graphs variant
+
+class Graphs:
+    """One training step of all replicas captured once and replayed. The epoch's permutation and a step
+    counter live on the device and the graph reads them, so a replay needs nothing from the host; the
+    last partial minibatch runs at full size with the rows past the end masked out of the loss (exact
+    zeros in every gradient sum), its row count computed on the device."""
+
+    def __init__(self, torch, F, params, device, replicas, lr, batch, train_x, train_y):
+        self.torch, self.F, self.device = torch, F, device
+        self.lr, self.B = lr, batch
+        self.n = train_x.shape[0]
+        self.steps_per_epoch = -(-self.n // batch)
+        self.train_x = to_float(train_x.to(device))
+        self.train_y = train_y.to(device)
+        self.replicas = [replicate(params, device) for _ in range(replicas)]
+        self.perm = torch.zeros(self.steps_per_epoch * batch, dtype=torch.int64, device=device)
+        self.step_no = torch.zeros((), dtype=torch.int64, device=device)
+        self.offsets = torch.arange(batch, dtype=torch.int64, device=device)
+        self.shards = shard_rows(batch, replicas)
+        self.graph = None
+
+    def _step(self):
+        torch, F = self.torch, self.F
+        pos = self.step_no * self.B + self.offsets
+        valid = pos < self.n
+        idx = self.perm.index_select(0, pos)
+        x = self.train_x.index_select(0, idx)
+        y = self.train_y.index_select(0, idx)
+        mask = valid.to(torch.float32)
+        rows = mask.sum()
+        grads = []
+        for (first, count), p in zip(self.shards, self.replicas):
+            if count == 0:
+                grads.append([torch.zeros_like(q) for q in p])
+                continue
+            sl = slice(first, first + count)
+            loss = (F.cross_entropy(lenet(F, x[sl], p), y[sl], reduction="none") * mask[sl]).sum()
+            grads.append(list(torch.autograd.grad(loss, p)))
+        with torch.no_grad():
+            for j in range(len(grads[0])):
+                for g in grads[1:]:
+                    grads[0][j].add_(g[j])
+                for g in grads[1:]:
+                    g[j].copy_(grads[0][j])
+            for p, g in zip(self.replicas, grads):
+                for q, gq in zip(p, g):
+                    q.sub_(self.lr * gq / rows)
+            self.step_no.add_(1)
+
+    def capture(self):
+        torch = self.torch
+        saved = [[q.detach().clone() for q in p] for p in self.replicas]
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        # Warm-up outside the graph (cuDNN/cuBLAS handles, workspaces, autograd state), on a side stream
+        # as capture requires; its updates are undone below.
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                self._step()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        torch.cuda.synchronize(self.device)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self._step()
+        torch.cuda.synchronize(self.device)
+        with torch.no_grad():
+            for p, s in zip(self.replicas, saved):
+                for q, sq in zip(p, s):
+                    q.copy_(sq)
+        self.step_no.zero_()
+        torch.cuda.synchronize(self.device)
+
+    def start_epoch(self, perm_cpu):
+        self.perm[:self.n].copy_(perm_cpu)
+        self.step_no.zero_()
+
+    def replay(self):
+        self.graph.replay()
+
+    def sync(self):
+        self.torch.cuda.synchronize(self.device)
+
+
+def run_graphs(torch, F, args, device, replicas, data, timing, trained):
+    train_x, train_y, test_x, test_y = data
+    model = Graphs(torch, F, init_params(torch, args.seed), device, replicas, args.lr, args.batch_size,
+                   train_x, train_y)
+    test_xf = to_float(test_x.to(device))
+    test_y_dev = test_y.to(device)
+    model.capture()
+    n = train_x.shape[0]
+    for epoch in range(args.epochs):
+        model.sync()
+        t0 = time.perf_counter()
+        model.start_epoch(epoch_perm(torch, args.seed, epoch, n))
+        enqueue = 0.0
+        for _ in range(model.steps_per_epoch):
+            h0 = time.perf_counter()
+            model.replay()
+            enqueue += time.perf_counter() - h0
+        model.sync()
+        seconds = time.perf_counter() - t0
+        acc = evaluate(torch, F, model.replicas[0], test_xf, test_y_dev, device, args.batch_size, True)
+        timing.epoch_done(epoch, seconds, acc, model.steps_per_epoch, enqueue)
+    trained(model.replicas)
+
+    prof = {}
+    if args.profile_steps > 0:
+        k = min(args.profile_steps, model.steps_per_epoch)
+        model.start_epoch(epoch_perm(torch, args.seed, args.epochs, n))
+        model.sync()
+        prof.update(profile_kernels(torch, lambda _: model.replay(), k, model.sync))
+    return prof
+
+
+# ------------------------------------------------------------------------------------------ profiling
+
+def summarize_profile(events, steps):
+    """events: (name, on_device, device_index, start_us, end_us). Same definitions as lenet-bench:
+    kernel time is the sum of kernel durations; idle, per device, is the span from its first kernel
+    start to its last kernel end minus the union of its kernels, summed over devices; launches count
+    the host's kernel-launch calls (a graph's kernels are not launched by the host)."""
+    host_names = {e[0] for e in events if not e[1]}
+    kernels = {}
+    kernel_us = 0.0
+    launches = 0
+    for name, on_device, dev, start, end in events:
+        if not on_device:
+            if name.startswith(("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel")):
+                launches += 1
+            continue
+        # Copies and memsets are not kernels; device-side copies of host annotations carry a host name.
+        if name.startswith(("Memcpy", "Memset")) or name in host_names:
+            continue
+        kernel_us += end - start
+        kernels.setdefault(dev, []).append((start, end))
+    idle_us = 0.0
+    for spans in kernels.values():
+        spans.sort()
+        busy, run_start, run_end = 0.0, spans[0][0], spans[0][1]
+        for start, end in spans[1:]:
+            if start > run_end:
+                busy += run_end - run_start
+                run_start, run_end = start, end
+            else:
+                run_end = max(run_end, end)
+        busy += run_end - run_start
+        idle_us += max(e for _, e in spans) - spans[0][0] - busy
+    return {
+        "kernel_ms_per_step": kernel_us / 1e3 / steps,
+        "idle_ms_per_step": idle_us / 1e3 / steps,
+        "kernel_launches_per_step": launches / steps,
+    }
+
+
+def profile_kernels(torch, one_step, steps, sync):
+    """The kernel, idle and launch fields from K steps run under torch.profiler after training. Profiler
+    overhead on the host widens the gaps, so idle is an upper bound. A profiler that fails leaves the
+    fields null with a notice rather than losing the run."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        sync()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for k in range(steps):
+                one_step(k)
+            sync()
+        events = []
+        for e in prof.events():
+            on_device = str(e.device_type).endswith("CUDA")
+            if on_device and getattr(e, "is_user_annotation", False):  # flagged since torch 2.x
+                continue
+            events.append((e.name, on_device, e.device_index, float(e.time_range.start), float(e.time_range.end)))
+        if not any(e[1] for e in events):
+            raise RuntimeError("the profiler recorded no device activity")
+        return summarize_profile(events, steps)
+    except Exception as e:  # noqa: BLE001 - any profiler failure only costs the optional fields
+        print(f"{PROG}: notice: profiling failed ({type(e).__name__}: {e}); kernel fields left null",
+              file=sys.stderr)
+        return {}
+
+
+# ---------------------------------------------------------------------------------------------- output
+
+def three_digits(x):
+    s = format(x, "#.3g")
+    if "e" in s:
+        s = str(int(round(float(s))))
+    return s.rstrip(".")
+
+
+class Timing:
+    def __init__(self, epochs, quiet, train_examples):
+        self.epochs, self.quiet, self.n = epochs, quiet, train_examples
+        self.seconds, self.acc, self.steps, self.enqueue = [], [], [], []
+
+    def epoch_done(self, epoch, seconds, acc, steps, enqueue):
+        self.seconds.append(seconds)
+        self.acc.append(acc)
+        self.steps.append(steps)
+        self.enqueue.append(enqueue)
+        if not self.quiet:
+            print(f"epoch {epoch + 1}/{self.epochs}: test acc {acc:.3f}, {three_digits(seconds)} s "
+                  f"({self.n / seconds:.0f} examples/s)", file=sys.stderr, flush=True)
+
+    def timed(self):
+        # The first epoch carries one-off costs (allocator growth, cuDNN/cuBLAS set-up, lazy module
+        # loading); with at least 3 epochs it is left out of the mean so the rest is the steady state.
+        return list(range(1, len(self.seconds))) if len(self.seconds) >= 3 else list(range(len(self.seconds)))
+
+    def note(self):
+        if len(self.seconds) >= 3:
+            return (f"mean of the training passes of epochs 2..{len(self.seconds)} (the first is a warm-up); "
+                    "evaluation excluded, every device synchronised at the end of the pass")
+        return "mean of the training passes of all epochs; evaluation excluded, devices synchronised at the end"
+
+    def seconds_per_epoch(self):
+        idx = self.timed()
+        return sum(self.seconds[i] for i in idx) / len(idx)
+
+    def enqueue_ms_per_step(self):
+        idx = self.timed()
+        if any(self.enqueue[i] is None for i in idx):
+            return None
+        return 1e3 * sum(self.enqueue[i] for i in idx) / sum(self.steps[i] for i in idx)
+
+
+def device_name(torch, devices):
+    d = devices[0]
+    if d.type == "cuda":
+        return torch.cuda.get_device_name(d)
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or "cpu"
+
+
+def write_json(path, obj):
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        raise DataError(f"{path}: cannot write ({e.strerror})")
+
+
+def dump_params(torch, path, replicas):
+    flat = [torch.cat([q.detach().cpu().reshape(-1) for q in p]) for p in replicas]
+    diff = max((float((f - flat[0]).abs().max()) for f in flat[1:]), default=0.0)
+    write_json(path, {
+        "names": [n for n, _ in PARAM_SPECS],
+        "shapes": [list(s) for _, s in PARAM_SPECS],
+        "params": flat[0].tolist(),
+        "replica_max_abs_diff": diff,
+    })
+
+
+# ------------------------------------------------------------------------------------------------ main
+
+def choose_devices(torch, args):
+    cuda = torch.cuda.is_available()
+    visible = torch.cuda.device_count() if cuda else 0
+    if args.variant == "graphs":
+        if not cuda:
+            raise UsageError("--variant graphs needs CUDA, and torch.cuda.is_available() is False here "
+                             "(use --variant textbook)")
+        n = 1 if args.num_gpus is None else args.num_gpus
+        if n != 1:
+            raise UsageError(f"--variant graphs --num-gpus {n}: this peer captures one graph on one GPU; "
+                             "replicas share cuda:0 (use --num-gpus 1 --replicas R)")
+    else:
+        n = args.num_gpus if args.num_gpus is not None else max(visible, 1)
+        if cuda and n > visible:
+            raise UsageError(f"--num-gpus {n}: only {visible} CUDA device(s) visible")
+    # Like the source text's try_gpu: without CUDA every requested device is the cpu.
+    gpus = [torch.device(f"cuda:{i}") if cuda else torch.device("cpu") for i in range(n)]
+    r = args.replicas if args.replicas is not None else n
+    if r > args.batch_size:
+        raise UsageError(f"{r} replicas is more than --batch-size {args.batch_size}")
+    return [gpus[i % n] for i in range(r)]
+
+
+def main(argv):
+    args = parse_args(argv)
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError as e:
+        raise DataError(f"PyTorch is not importable ({e}); install it, e.g. `apt-get install python3-torch`")
+    devices = choose_devices(torch, args)
+    if any(d.type == "cuda" for d in devices):
+        # Full fp32 arithmetic, as lenet-train's cuDNN and cuBLAS calls use (no TF32), so the comparison is
+        # of the same computation.
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+    folder = resolve_data_dir(args.data_dir)
+    train = load_split(torch, folder, "train", args.train_limit, "--train-limit", "training")
+    test = load_split(torch, folder, "t10k", args.test_limit, "--test-limit", "test")
+    data = (train[0], train[1], test[0], test[1])
+    timing = Timing(args.epochs, args.quiet, train[0].shape[0])
+
+    def trained(replicas):
+        # Before the optional profiling steps, which move the parameters on.
+        if args.dump_params:
+            dump_params(torch, args.dump_params, replicas)
+
+    if args.variant == "textbook":
+        prof = run_textbook(torch, F, args, devices, data, timing, trained)
+    else:
+        # torch.cuda.graph captures on the current device's stream: make the replicas' device current.
+        with torch.cuda.device(devices[0]):
+            prof = run_graphs(torch, F, args, devices[0], len(devices), data, timing, trained)
+
+    names = [str(d) for d in devices]
+    spe = timing.seconds_per_epoch()
+    row = {
+        "name": f"pytorch-{args.variant} R={len(devices)}",
+        "impl": f"pytorch-{args.variant}",
+        "mode": args.variant,
+        "replicas": len(devices),
+        "devices": names,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "epochs": args.epochs,
+        "seconds_per_epoch": spe,
+        "timing_note": timing.note(),
+        "examples_per_second": train[0].shape[0] / spe,
+        "kernel_ms_per_step": prof.get("kernel_ms_per_step"),
+        "idle_ms_per_step": prof.get("idle_ms_per_step"),
+        "host_enqueue_ms_per_step": timing.enqueue_ms_per_step(),
+        "kernel_launches_per_step": prof.get("kernel_launches_per_step"),
+        "graph_launches_per_step": 1 if args.variant == "graphs" else 0,
+        "allreduce_ms_per_step": prof.get("allreduce_ms_per_step"),
+        "test_acc": timing.acc[-1],
+        "test_acc_per_epoch": timing.acc,
+        "epoch_seconds": timing.seconds,
+        "torch_version": str(torch.__version__),
+        "device_name": device_name(torch, devices),
+    }
+    if args.json:
+        write_json(args.json, row)
+    print(f"test acc: {timing.acc[-1]:.2f}, {three_digits(spe)} sec/epoch on [{', '.join(names)}]", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except UsageError as e:
+        fail(str(e), 2)
+    except DataError as e:
+        fail(str(e), 1)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)

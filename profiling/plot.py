@@ -1,0 +1,355 @@
+#!/usr/bin/env python3
+"""Plots of lenet-dp results.
+
+  plot.py --out DIR FILE_OR_DIR...
+
+Reads JSON and JSON Lines files (folders are searched for *.json and *.jsonl) holding any of:
+  - benchmark rows (lenet-bench's {"rows": [...]}, a PyTorch peer's single row, or a list of rows),
+  - lenet-train metrics lines (--metrics: one object per epoch),
+  - timelines ({"mode": ..., "steps": [{"step": k, "kernel_ms": x, "idle_ms": y}, ...]}, timeline-*.json),
+and writes, each only when its data is there:
+  accuracy.png           test accuracy per epoch, one line per configuration (the source text's plot)
+  seconds_per_epoch.png  seconds per epoch per implementation and replica count
+  timeline.png           per step, kernel time and idle time, one panel per timeline
+Exit status: 0 done, 1 cannot write, 2 usage error, unreadable JSON or nothing usable; errors are one line.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+PROG = "plot.py"
+
+
+class PlotError(Exception):
+    def __init__(self, message, status=2):
+        super().__init__(message)
+        self.status = status
+
+
+class OneLineParser(argparse.ArgumentParser):
+    # One line for a usage error, like the project's other tools.
+    def error(self, message):
+        raise PlotError(f"{message} (see --help)")
+
+
+def is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def three_digits(x):
+    s = format(x, "#.3g")
+    if "e" in s:
+        s = str(int(round(float(s))))
+    return s.rstrip(".")
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+def input_files(paths):
+    files = []
+    for path in paths:
+        if os.path.isdir(path):
+            found = []
+            for root, dirs, names in os.walk(path):
+                dirs.sort()
+                found += [os.path.join(root, n) for n in sorted(names) if n.endswith((".json", ".jsonl"))]
+            files += found
+        elif os.path.isfile(path):
+            files.append(path)
+        else:
+            raise PlotError(f"{path}: no such file or folder")
+    return files
+
+
+def parse_file(path):
+    """The JSON values in a file: one document, or one per line (JSON Lines)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise PlotError(f"{path}: cannot read ({e})")
+    if not path.endswith(".jsonl"):
+        try:
+            return [json.loads(text)]
+        except json.JSONDecodeError as e:
+            whole = e
+            # A .json file may still be JSON Lines (several objects, one per line); if it is not, the
+            # error of the whole document is the one worth reporting.
+            if len([l for l in text.splitlines() if l.strip()]) < 2:
+                raise PlotError(f"{path}: unreadable JSON ({whole})")
+    values = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            values.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if not path.endswith(".jsonl"):
+                raise PlotError(f"{path}: unreadable JSON ({whole})")
+            raise PlotError(f"{path}:{number}: unreadable JSON ({e})")
+    return values
+
+
+def classify(value):
+    """'timeline', 'metrics', 'bench' or None, with the records the value holds."""
+    if isinstance(value, list):
+        return [r for v in value for r in classify(v)]
+    if not isinstance(value, dict):
+        return [(None, value)]
+    if isinstance(value.get("rows"), list):
+        return [r for v in value["rows"] for r in classify(v)]
+    if isinstance(value.get("steps"), list):
+        return [("timeline", value)]
+    if "epoch" in value and "test_acc" in value:
+        return [("metrics", value)]
+    if ("name" in value or "impl" in value) and ("seconds_per_epoch" in value or "test_acc_per_epoch" in value):
+        return [("bench", value)]
+    return [(None, value)]
+
+
+def load(paths):
+    bench, timelines, metrics = [], [], []
+    skipped = []
+    for path in input_files(paths):
+        for kind, rec in (r for v in parse_file(path) for r in classify(v)):
+            if kind == "bench":
+                bench.append((path, rec))
+            elif kind == "metrics":
+                metrics.append((path, rec))
+            elif kind == "timeline":
+                timelines.append((path, rec))
+            else:
+                skipped.append(path)
+    for path in sorted(set(skipped)):
+        print(f"{PROG}: skipped what is not a benchmark row, metrics line or timeline in {path}", file=sys.stderr)
+    return bench, metrics, timelines
+
+
+# ------------------------------------------------------------------------------------------- series
+
+RUN_KEYS = ("backend", "mode", "replicas", "batch_size", "lr", "seed")
+
+
+def stem(path):
+    base = os.path.basename(path)
+    for ext in (".jsonl", ".json"):
+        if base.endswith(ext):
+            return base[: -len(ext)]
+    return base
+
+
+def metrics_runs(metrics):
+    """Metrics lines grouped into runs: a run ends where the file changes, the configuration changes or the
+    epoch count goes back (a file appended to by several runs)."""
+    runs = []
+    for path, m in metrics:
+        key = (path,) + tuple(json.dumps(m.get(k)) for k in RUN_KEYS)
+        epoch = m.get("epoch")
+        if not is_number(epoch) or not is_number(m.get("test_acc")):
+            continue
+        if runs and runs[-1]["key"] == key and epoch > runs[-1]["epochs"][-1]:
+            runs[-1]["epochs"].append(epoch)
+            runs[-1]["acc"].append(m["test_acc"])
+        else:
+            runs.append({"key": key, "path": path, "first": m, "epochs": [epoch], "acc": [m["test_acc"]]})
+    return runs
+
+
+def metrics_label(m):
+    backend, mode = m.get("backend", "?"), m.get("mode", "?")
+    head = str(backend) if mode in (backend, None, "?") else f"{backend} {mode}"
+    return f"{head} R={m.get('replicas', '?')}"
+
+
+def unique_labels(items):
+    """items: (label, path). Labels that repeat get their file's name, then a number."""
+    labels = [l for l, _ in items]
+    out = []
+    for label, path in items:
+        out.append(label if labels.count(label) == 1 else f"{label} [{stem(path)}]")
+    seen = {}
+    final = []
+    for label in out:
+        seen[label] = seen.get(label, 0) + 1
+        final.append(label if out.count(label) == 1 else f"{label} #{seen[label]}")
+    return final
+
+
+def accuracy_series(bench, metrics):
+    series = []
+    for path, row in bench:
+        acc = row.get("test_acc_per_epoch")
+        if isinstance(acc, list) and acc and all(is_number(a) for a in acc):
+            series.append((str(row.get("name") or row.get("impl")), path, list(range(1, len(acc) + 1)), acc))
+    for run in metrics_runs(metrics):
+        series.append((metrics_label(run["first"]), run["path"], run["epochs"], run["acc"]))
+    labels = unique_labels([(s[0], s[1]) for s in series])
+    return [(label, x, y) for label, (_, _, x, y) in zip(labels, series)]
+
+
+def seconds_table(bench):
+    """{series: {replicas: seconds}}: a series per implementation and mode (and batch size, where rows
+    differ in it); a later row of the same series and replica count replaces an earlier one."""
+    rows = [(p, r) for p, r in bench if is_number(r.get("seconds_per_epoch")) and r["seconds_per_epoch"] > 0
+            and is_number(r.get("replicas"))]
+    batches = {r.get("batch_size") for _, r in rows}
+    table = {}
+    for path, r in rows:
+        impl, mode = str(r.get("impl") or ""), str(r.get("mode") or "")
+        # lenet-bench rows share one impl ("lenet-dp") across modes; the peers name the mode in the impl.
+        name = impl if mode in impl else f"{impl} {mode}".strip()
+        if len(batches) > 1:
+            name += f" B={r.get('batch_size')}"
+        cell = table.setdefault(name, {})
+        if int(r["replicas"]) in cell:
+            print(f"{PROG}: {name} R={int(r['replicas'])} appears more than once; using the one from {path}",
+                  file=sys.stderr)
+        cell[int(r["replicas"])] = r["seconds_per_epoch"]
+    return table
+
+
+def timeline_panels(timelines):
+    panels = []
+    for path, t in timelines:
+        steps = []
+        for i, s in enumerate(t["steps"]):
+            if not isinstance(s, dict) or not is_number(s.get("kernel_ms")) or not is_number(s.get("idle_ms")):
+                steps = None
+                break
+            steps.append((s.get("step", i) if is_number(s.get("step", i)) else i, s["kernel_ms"], s["idle_ms"]))
+        if not steps:
+            print(f"{PROG}: {path}: timeline without usable steps (each needs numeric kernel_ms and idle_ms); "
+                  "skipped", file=sys.stderr)
+            continue
+        steps.sort()
+        panels.append((str(t.get("mode", "?")), path, t, steps))
+    # The naive/textbook timeline first: it is the one the graph is compared against.
+    def order(p):
+        mode = p[0].lower()
+        return (0 if ("naive" in mode or "textbook" in mode) else 1, mode, p[1])
+    return sorted(panels, key=order)
+
+
+# ----------------------------------------------------------------------------------------- drawing
+
+def pyplot():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise PlotError(f"matplotlib is not importable ({e}); install it, e.g. `apt-get install python3-matplotlib`",
+                        1)
+    return plt
+
+
+def save(plt, fig, out_dir, name):
+    path = os.path.join(out_dir, name)
+    try:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    except OSError as e:
+        raise PlotError(f"{path}: cannot write ({e.strerror})", 1)
+    finally:
+        plt.close(fig)
+    print(f"wrote {path}")
+    return path
+
+
+def draw_accuracy(plt, series, out_dir):
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    last = 1
+    for label, x, y in series:
+        ax.plot(x, y, marker="o", markersize=3, label=label)
+        last = max(last, max(x))
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("test acc")
+    ax.set_xlim(1, max(last, 2))
+    ax.set_ylim(0, 1)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", loc="lower right")
+    ax.set_title("test accuracy per epoch")
+    return save(plt, fig, out_dir, "accuracy.png")
+
+
+def draw_seconds(plt, table, out_dir):
+    names = sorted(table)
+    replicas = sorted({r for cells in table.values() for r in cells})
+    width = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(replicas) * len(names) + 2), 4.5))
+    values = [v for cells in table.values() for v in cells.values()]
+    for i, name in enumerate(names):
+        xs = [j + (i - (len(names) - 1) / 2) * width for j, r in enumerate(replicas) if r in table[name]]
+        ys = [table[name][r] for r in replicas if r in table[name]]
+        bars = ax.bar(xs, ys, width=width, label=name)
+        for bar, v in zip(bars, ys):
+            ax.annotate(three_digits(v), (bar.get_x() + bar.get_width() / 2, v), ha="center", va="bottom",
+                        fontsize="x-small")
+    # Implementations differ by orders of magnitude (a CPU against a captured graph): a log axis keeps
+    # the fast ones visible.
+    if max(values) / min(values) > 30:
+        ax.set_yscale("log")
+    ax.set_xticks(range(len(replicas)))
+    ax.set_xticklabels([f"R={r}" for r in replicas])
+    ax.set_xlabel("replicas")
+    ax.set_ylabel("seconds per epoch (training pass)")
+    ax.set_title("seconds per epoch by implementation and replica count")
+    ax.legend(fontsize="small")
+    ax.grid(True, axis="y", alpha=0.3)
+    return save(plt, fig, out_dir, "seconds_per_epoch.png")
+
+
+def draw_timeline(plt, panels, out_dir):
+    # Shared y axis: the point of the figure is how much of a step each mode spends idle.
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.6 * len(panels) + 0.6), sharey=True, squeeze=False)
+    for ax, (mode, path, t, steps) in zip(axes[:, 0], panels):
+        x = [s[0] for s in steps]
+        kernel = [s[1] for s in steps]
+        idle = [s[2] for s in steps]
+        ax.bar(x, kernel, width=1.0, color="tab:blue", label="kernel")
+        ax.bar(x, idle, width=1.0, bottom=kernel, color="tab:orange", label="idle")
+        extra = f", R={t['replicas']}" if "replicas" in t else ""
+        ax.set_title(f"{mode}{extra}: {three_digits(sum(kernel) / len(kernel))} ms kernel + "
+                     f"{three_digits(sum(idle) / len(idle))} ms idle per step ({stem(path)})", fontsize="small")
+        ax.set_ylabel("ms")
+        ax.legend(fontsize="x-small", loc="upper right")
+    axes[-1, 0].set_xlabel("step")
+    fig.tight_layout()
+    return save(plt, fig, out_dir, "timeline.png")
+
+
+def main(argv):
+    p = OneLineParser(prog=PROG, description="Plots from benchmark rows, metrics JSON Lines and timelines.")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the PNG files (created if missing)")
+    p.add_argument("inputs", nargs="+", metavar="FILE_OR_DIR")
+    args = p.parse_args(argv)
+
+    bench, metrics, timelines = load(args.inputs)
+    acc = accuracy_series(bench, metrics)
+    seconds = seconds_table(bench)
+    panels = timeline_panels(timelines)
+    if not (acc or seconds or panels):
+        raise PlotError("no usable input: no benchmark rows, metrics lines or timelines in "
+                        + ", ".join(args.inputs))
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as e:
+        raise PlotError(f"{args.out}: cannot create the output folder ({e.strerror})", 1)
+    plt = pyplot()
+    if acc:
+        draw_accuracy(plt, acc, args.out)
+    if seconds:
+        draw_seconds(plt, seconds, args.out)
+    if panels:
+        draw_timeline(plt, panels, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except PlotError as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        sys.exit(e.status)

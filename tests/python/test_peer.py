@@ -1,0 +1,406 @@
+"""profiling/peers/lenet_peer.py on tiny synthetic IDX files.
+
+The central claim of the source text is that R replicas train exactly the network one replica trains:
+here R = 1, 3 and 4 (4 leaves a replica without rows in the last, partial minibatch) end with the same
+parameters up to float32 rounding. Skipped where torch is not importable; the GPU cases where CUDA is
+absent. Run from the repository root: python3 -m unittest discover -s tests/python -v
+"""
+
+import gzip
+import importlib.util
+import json
+import math
+import os
+import random
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PEER = os.path.join(ROOT, "profiling", "peers", "lenet_peer.py")
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
+ROW_FIELDS = {
+    "name", "impl", "mode", "replicas", "devices", "batch_size", "lr", "epochs", "seconds_per_epoch",
+    "examples_per_second", "kernel_ms_per_step", "idle_ms_per_step", "host_enqueue_ms_per_step",
+    "kernel_launches_per_step", "graph_launches_per_step", "allreduce_ms_per_step", "test_acc",
+    "test_acc_per_epoch", "epoch_seconds", "torch_version", "device_name", "timing_note",
+}
+FINAL_LINE = re.compile(r"^test acc: \d\.\d\d, \d[0-9.]* sec/epoch on \[(.*)\]$")
+N_PARAMS = 129068
+TRAIN, TEST, BATCH = 69, 32, 16  # 69 = 4 * 16 + 5: a partial last minibatch of 5 rows
+
+
+def load_peer_module():
+    spec = importlib.util.spec_from_file_location("lenet_peer", PEER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def idx_images(pixels, count):
+    return struct.pack(">IIII", 0x803, count, 28, 28) + bytes(pixels)
+
+
+def idx_labels(labels):
+    return struct.pack(">II", 0x801, len(labels)) + bytes(labels)
+
+
+def write_dataset(folder, gz_train=True):
+    rng = random.Random(7)
+    # A fresh folder: a raw file left beside a .gz one would be read in its place.
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+
+    def images(n):
+        return idx_images([rng.randrange(256) for _ in range(n * 784)], n)
+
+    def put(name, data, gz):
+        path = os.path.join(folder, name + (".gz" if gz else ""))
+        with open(path, "wb") as f:
+            f.write(gzip.compress(data) if gz else data)
+        return path
+
+    # Training files gzipped and test files raw, so both ways of reading are exercised.
+    put("train-images-idx3-ubyte", images(TRAIN), gz_train)
+    put("train-labels-idx1-ubyte", idx_labels([i % 10 for i in range(TRAIN)]), gz_train)
+    put("t10k-images-idx3-ubyte", images(TEST), False)
+    put("t10k-labels-idx1-ubyte", idx_labels([(3 * i) % 10 for i in range(TEST)]), False)
+
+
+def run_peer(*args, env=None):
+    return subprocess.run([sys.executable, PEER, *args], capture_output=True, text=True, timeout=600,
+                          env=env)
+
+
+def rel_diff(a, b):
+    num = math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b)))
+    den = math.sqrt(sum(x * x for x in a))
+    return num / den
+
+
+class PeerHelpers(unittest.TestCase):
+    """Pure-Python parts, no torch needed."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.peer = load_peer_module()
+
+    def test_shard_rows_like_torch_chunk_with_empty_replicas(self):
+        self.assertEqual(self.peer.shard_rows(5, 4), [(0, 2), (2, 2), (4, 1), (5, 0)])
+        self.assertEqual(self.peer.shard_rows(256, 3), [(0, 86), (86, 86), (172, 84)])
+        self.assertEqual(self.peer.shard_rows(96, 1), [(0, 96)])
+        for rows in range(1, 40):
+            for r in range(1, rows + 1):
+                shards = self.peer.shard_rows(rows, r)
+                self.assertEqual(len(shards), r)
+                self.assertEqual(sum(c for _, c in shards), rows)
+                pos = 0
+                for first, count in shards:
+                    self.assertEqual(first, pos)
+                    pos += count
+
+    def test_three_significant_digits(self):
+        f = self.peer.three_digits
+        self.assertEqual(f(3.04), "3.04")
+        self.assertEqual(f(3.0), "3.00")
+        self.assertEqual(f(15.46), "15.5")
+        self.assertEqual(f(0.051234), "0.0512")
+        self.assertEqual(f(123.4), "123")
+        self.assertEqual(f(1234.0), "1230")
+
+    def test_profile_summary(self):
+        # Two steps on device 0: kernels [0,10] [5,12] (overlap) [20,30], plus a copy and an annotation
+        # that must not count; device 1: one kernel. Host: three kernel launches and one graph launch.
+        events = [
+            ("cudaLaunchKernel", False, -1, 0, 1), ("cudaLaunchKernel", False, -1, 2, 3),
+            ("cuLaunchKernel", False, -1, 4, 5), ("cudaGraphLaunch", False, -1, 6, 7),
+            ("my_range", False, -1, 0, 40),
+            ("k1", True, 0, 0, 10), ("k2", True, 0, 5, 12), ("k3", True, 0, 20, 30),
+            ("Memcpy DtoD (Device -> Device)", True, 0, 12, 20), ("my_range", True, 0, 0, 40),
+            ("k4", True, 1, 100, 104),
+        ]
+        s = self.peer.summarize_profile(events, 2)
+        self.assertAlmostEqual(s["kernel_ms_per_step"], (10 + 7 + 10 + 4) / 1e3 / 2)
+        self.assertAlmostEqual(s["idle_ms_per_step"], (30 - 22) / 1e3 / 2)  # device 1 has no gap
+        self.assertAlmostEqual(s["kernel_launches_per_step"], 1.5)
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch is not importable (apt-get install python3-torch)")
+class PeerTextbookCpu(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.data = os.path.join(cls.tmp.name, "data")
+        write_dataset(cls.data)
+        cls.runs = {}
+        for r in (1, 3, 4):
+            js = os.path.join(cls.tmp.name, f"row{r}.json")
+            dump = os.path.join(cls.tmp.name, f"params{r}.json")
+            # cpu forced even on a CUDA machine: CUDA_VISIBLE_DEVICES="" makes the textbook variant fall back.
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+            proc = run_peer("--data-dir", cls.data, "--batch-size", str(BATCH), "--epochs", "2", "--seed", "5",
+                            "--replicas", str(r), "--json", js, "--dump-params", dump, "--quiet",
+                            "--profile-steps", "2", env=env)
+            row = params = None
+            if proc.returncode == 0:
+                with open(js) as f:
+                    row = json.load(f)
+                with open(dump) as f:
+                    params = json.load(f)
+            cls.runs[r] = (proc, row, params)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_runs_and_final_line(self):
+        for r, (proc, _, _) in self.runs.items():
+            with self.subTest(replicas=r):
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                self.assertEqual(proc.stderr, "")  # --quiet
+                last = proc.stdout.strip().splitlines()[-1]
+                m = FINAL_LINE.match(last)
+                self.assertIsNotNone(m, last)
+                self.assertEqual(m.group(1), ", ".join(["cpu"] * r))
+
+    def test_json_row(self):
+        for r, (proc, row, _) in self.runs.items():
+            with self.subTest(replicas=r):
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                self.assertEqual(set(row), ROW_FIELDS)
+                self.assertEqual(row["name"], f"pytorch-textbook R={r}")
+                self.assertEqual(row["impl"], "pytorch-textbook")
+                self.assertEqual(row["mode"], "textbook")
+                self.assertEqual(row["replicas"], r)
+                self.assertEqual(row["devices"], ["cpu"] * r)
+                self.assertEqual((row["batch_size"], row["lr"], row["epochs"]), (BATCH, 0.2, 2))
+                self.assertEqual(row["graph_launches_per_step"], 0)
+                self.assertEqual(len(row["epoch_seconds"]), 2)
+                self.assertEqual(len(row["test_acc_per_epoch"]), 2)
+                self.assertEqual(row["test_acc"], row["test_acc_per_epoch"][-1])
+                # Fewer than 3 epochs: the mean of all of them.
+                self.assertAlmostEqual(row["seconds_per_epoch"], sum(row["epoch_seconds"]) / 2)
+                self.assertAlmostEqual(row["examples_per_second"], TRAIN / row["seconds_per_epoch"])
+                self.assertIn("evaluation excluded", row["timing_note"])
+                for k in ("kernel_ms_per_step", "idle_ms_per_step", "host_enqueue_ms_per_step",
+                          "kernel_launches_per_step"):
+                    self.assertIsNone(row[k], k)  # nothing to launch on the cpu
+                self.assertIsInstance(row["allreduce_ms_per_step"], float)
+                for a in row["test_acc_per_epoch"]:
+                    self.assertTrue(0 <= a <= 1)
+                self.assertTrue(row["torch_version"])
+                self.assertTrue(row["device_name"])
+
+    def test_replicas_train_the_same_parameters(self):
+        for r in (1, 3, 4):
+            self.assertEqual(self.runs[r][0].returncode, 0, self.runs[r][0].stderr)
+        one = self.runs[1][2]
+        self.assertEqual(len(one["params"]), N_PARAMS)
+        self.assertEqual(one["names"][0], "conv1.weight")
+        # Training moved the parameters, so the comparison below is not of two untouched initialisations.
+        import torch
+        init = torch.cat([p.reshape(-1) for p in load_peer_module().init_params(torch, 5)]).tolist()
+        self.assertGreater(rel_diff(init, one["params"]), 1e-3)
+        for r in (3, 4):
+            with self.subTest(replicas=r):
+                other = self.runs[r][2]
+                self.assertEqual(other["names"], one["names"])
+                self.assertLess(rel_diff(one["params"], other["params"]), 1e-4)
+                # Every replica got the same summed gradient, so replicas never drift apart.
+                self.assertEqual(other["replica_max_abs_diff"], 0.0)
+
+    def test_longer_runs_exclude_the_first_epoch(self):
+        js = os.path.join(self.tmp.name, "row-3ep.json")
+        proc = run_peer("--data-dir", self.data, "--batch-size", "32", "--epochs", "3", "--json", js,
+                        "--train-limit", "40", "--test-limit", "10", env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(len(proc.stderr.strip().splitlines()), 3)  # one progress line per epoch
+        with open(js) as f:
+            row = json.load(f)
+        self.assertAlmostEqual(row["seconds_per_epoch"], sum(row["epoch_seconds"][1:]) / 2)
+        self.assertAlmostEqual(row["examples_per_second"], 40 / row["seconds_per_epoch"])
+        self.assertIn("epochs 2..3", row["timing_note"])
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch is not importable (apt-get install python3-torch)")
+class PeerGraphsStepOnCpu(unittest.TestCase):
+    """The graphs variant's step run eagerly on the cpu, without capture: the device-side step counter,
+    the padded permutation and the masked partial minibatch train what the textbook step trains."""
+
+    def test_masked_step_equals_textbook_step(self):
+        import torch
+        import torch.nn.functional as F
+        peer = load_peer_module()
+        gen = torch.Generator().manual_seed(3)
+        n, batch = 37, 8  # 5 steps, the last of 5 rows
+        x = torch.randint(0, 256, (n, 1, 28, 28), generator=gen, dtype=torch.int64).to(torch.uint8)
+        y = torch.randint(0, 10, (n,), generator=gen)
+        cpu = torch.device("cpu")
+        init = peer.init_params(torch, 11)
+        textbook = peer.Textbook(torch, F, init, [cpu], 0.2)
+        graphs = {r: peer.Graphs(torch, F, init, cpu, r, 0.2, batch, x, y) for r in (1, 3)}
+        xf = peer.to_float(x)
+        for epoch in range(2):
+            perm = peer.epoch_perm(torch, 11, epoch, n)
+            for s in range(0, n, batch):
+                idx = perm[s:s + batch]
+                textbook.step(xf[idx], y[idx])
+            for g in graphs.values():
+                g.start_epoch(perm)
+                for _ in range(g.steps_per_epoch):
+                    g._step()
+                self.assertEqual(int(g.step_no), 5)
+        flat = lambda ps: torch.cat([p.detach().reshape(-1) for p in ps])
+        ref = flat(textbook.replicas[0])
+        self.assertGreater(float((ref - flat(init)).norm() / ref.norm()), 1e-3)
+        for r, g in graphs.items():
+            with self.subTest(replicas=r):
+                got = flat(g.replicas[0])
+                self.assertLess(float((got - ref).norm() / ref.norm()), 1e-5)
+                for other in g.replicas[1:]:
+                    self.assertTrue(torch.equal(flat(other), got))
+
+
+class PeerErrors(unittest.TestCase):
+    """Usage errors are found before torch is imported; data errors need torch to get that far."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.data = os.path.join(cls.tmp.name, "data")
+        write_dataset(cls.data)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def assert_one_line(self, proc, status):
+        self.assertEqual(proc.returncode, status, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, proc.stderr)
+        self.assertTrue(lines[0].startswith("lenet_peer: "), lines[0])
+        self.assertNotIn("Traceback", proc.stderr)
+        return lines[0]
+
+    def test_usage_errors(self):
+        cases = [
+            ["--batch-size", "0"], ["--batch-size", "-3"], ["--lr", "0"], ["--lr", "-0.1"], ["--lr", "nan"],
+            ["--lr", "inf"], ["--replicas", "0"], ["--replicas", "17", "--batch-size", "16"], ["--epochs", "0"],
+            ["--num-gpus", "0"], ["--bogus"], ["--batch-size", "many"], ["--variant", "fast"],
+            ["--train-limit", "0"],
+        ]
+        for args in cases:
+            with self.subTest(args=args):
+                self.assert_one_line(run_peer("--data-dir", self.data, *args), 2)
+
+    @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+    def test_missing_data_names_the_package(self):
+        line = self.assert_one_line(run_peer("--data-dir", os.path.join(self.tmp.name, "none")), 1)
+        self.assertIn("apt-get install dataset-fashion-mnist", line)
+
+    @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+    def test_corrupt_idx(self):
+        bad = os.path.join(self.tmp.name, "bad")
+        cases = {
+            "wrong magic": (struct.pack(">IIII", 0x804, 2, 28, 28) + bytes(2 * 784), "bad magic"),
+            "truncated": (idx_images([0] * 784, 2), "truncated"),
+            "trailing bytes": (idx_images([0] * (3 * 784), 2), "unexpected bytes"),
+            "wrong size": (struct.pack(">IIII", 0x803, 1, 32, 32) + bytes(1024), "expected 28x28"),
+        }
+        for what, (blob, expect) in cases.items():
+            with self.subTest(what=what):
+                write_dataset(bad, gz_train=False)
+                with open(os.path.join(bad, "train-images-idx3-ubyte"), "wb") as f:
+                    f.write(blob)
+                line = self.assert_one_line(run_peer("--data-dir", bad), 1)
+                self.assertIn(expect, line)
+                self.assertIn("train-images-idx3-ubyte", line)
+        with self.subTest(what="truncated gzip"):
+            write_dataset(bad, gz_train=True)
+            path = os.path.join(bad, "train-images-idx3-ubyte.gz")
+            with open(path, "rb") as f:
+                blob = f.read()
+            with open(path, "wb") as f:
+                f.write(blob[: len(blob) // 2])
+            self.assertIn("gzip", self.assert_one_line(run_peer("--data-dir", bad), 1))
+        with self.subTest(what="label out of range"):
+            write_dataset(bad, gz_train=False)
+            with open(os.path.join(bad, "train-labels-idx1-ubyte"), "wb") as f:
+                f.write(idx_labels([1] * (TRAIN - 1) + [10]))
+            self.assertIn("outside 0..9", self.assert_one_line(run_peer("--data-dir", bad), 1))
+
+    @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+    def test_graphs_without_cuda(self):
+        proc = run_peer("--variant", "graphs", "--data-dir", self.data,
+                        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+        line = self.assert_one_line(proc, 2)
+        self.assertIn("CUDA", line)
+
+
+def cuda_available():
+    if not HAVE_TORCH:
+        return False
+    import torch
+    return torch.cuda.is_available()
+
+
+@unittest.skipUnless(cuda_available(), "no CUDA device")
+class PeerGpu(unittest.TestCase):
+    """Only where a GPU answers: the graphs variant trains what the textbook variant trains, with one and
+    several replicas on one GPU, and the profiled fields are filled."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.data = os.path.join(cls.tmp.name, "data")
+        write_dataset(cls.data)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def run_variant(self, variant, replicas, extra=()):
+        js = os.path.join(self.tmp.name, f"{variant}-{replicas}.json")
+        dump = os.path.join(self.tmp.name, f"{variant}-{replicas}-params.json")
+        proc = run_peer("--variant", variant, "--num-gpus", "1", "--replicas", str(replicas), "--data-dir",
+                        self.data, "--batch-size", str(BATCH), "--epochs", "2", "--seed", "5", "--json", js,
+                        "--dump-params", dump, "--quiet", *extra)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        m = FINAL_LINE.match(proc.stdout.strip().splitlines()[-1])
+        self.assertIsNotNone(m, proc.stdout)
+        self.assertEqual(m.group(1), ", ".join(["cuda:0"] * replicas))
+        with open(js) as f:
+            row = json.load(f)
+        with open(dump) as f:
+            params = json.load(f)
+        self.assertEqual(set(row), ROW_FIELDS)
+        return row, params
+
+    def test_graphs_match_textbook(self):
+        _, reference = self.run_variant("textbook", 1)
+        _, textbook3 = self.run_variant("textbook", 3)
+        row, graphs1 = self.run_variant("graphs", 1, ["--profile-steps", "3"])
+        _, graphs4 = self.run_variant("graphs", 4)
+        self.assertEqual(row["graph_launches_per_step"], 1)
+        self.assertIsNotNone(row["host_enqueue_ms_per_step"])
+        for name, p in (("textbook R=3", textbook3), ("graphs R=1", graphs1), ("graphs R=4", graphs4)):
+            with self.subTest(run=name):
+                self.assertLess(rel_diff(reference["params"], p["params"]), 1e-4)
+                self.assertEqual(p["replica_max_abs_diff"], 0.0)
+
+    def test_textbook_profile_fields(self):
+        row, _ = self.run_variant("textbook", 2, ["--profile-steps", "3"])
+        self.assertEqual(row["graph_launches_per_step"], 0)
+        for k in ("kernel_ms_per_step", "idle_ms_per_step", "host_enqueue_ms_per_step",
+                  "kernel_launches_per_step", "allreduce_ms_per_step"):
+            self.assertIsNotNone(row[k], k)
+        self.assertGreater(row["kernel_launches_per_step"], 10)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,137 @@
+"""profiling/plot.py on the committed synthetic sample and on broken input.
+
+Run from the repository root: python3 -m unittest discover -s tests/python -v
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLOT = os.path.join(ROOT, "profiling", "plot.py")
+SAMPLE = os.path.join(ROOT, "profiling", "results", "sample")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+
+
+def run_plot(*args):
+    return subprocess.run([sys.executable, PLOT, *args], capture_output=True, text=True, timeout=300)
+
+
+class PlotErrors(unittest.TestCase):
+    """Errors come before matplotlib is imported, so these run wherever Python does."""
+
+    def assert_one_line_error(self, r, status):
+        self.assertEqual(r.returncode, status, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith("plot.py: "), lines[0])
+        self.assertNotIn("Traceback", r.stderr)
+        return lines[0]
+
+    def test_empty_folder(self):
+        with tempfile.TemporaryDirectory() as d:
+            line = self.assert_one_line_error(run_plot("--out", os.path.join(d, "out"), d), 2)
+            self.assertIn("no usable input", line)
+            self.assertFalse(os.path.exists(os.path.join(d, "out")))
+
+    def test_bad_json(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "row.json"), "w") as f:
+                f.write('{"name": "x", "seconds_per_epoch": ')
+            line = self.assert_one_line_error(run_plot("--out", d, d), 2)
+            self.assertIn("row.json", line)
+            self.assertIn("unreadable JSON", line)
+
+    def test_bad_json_lines_names_the_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "m.jsonl"), "w") as f:
+                f.write(json.dumps({"epoch": 1, "test_acc": 0.5}) + "\n{oops\n")
+            line = self.assert_one_line_error(run_plot("--out", d, d), 2)
+            self.assertIn("m.jsonl:2", line)
+
+    def test_missing_input(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.assert_one_line_error(run_plot("--out", d, os.path.join(d, "nothing-here.json")), 2)
+
+    def test_json_without_known_records(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "other.json"), "w") as f:
+                json.dump({"hello": "world"}, f)
+            r = run_plot("--out", d, d)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("no usable input", r.stderr)
+
+    def test_usage(self):
+        self.assert_one_line_error(run_plot(SAMPLE), 2)  # --out missing
+
+
+@unittest.skipUnless(HAVE_MATPLOTLIB, "matplotlib is not importable (apt-get install python3-matplotlib)")
+class PlotSample(unittest.TestCase):
+    def assert_png(self, path):
+        self.assertTrue(os.path.isfile(path), path)
+        with open(path, "rb") as f:
+            head = f.read(8)
+        self.assertEqual(head, PNG_MAGIC, path)
+        self.assertGreater(os.path.getsize(path), 5000, path)
+
+    def test_sample_draws_all_three(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "plots")
+            r = run_plot("--out", out, SAMPLE)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            for name in ("accuracy.png", "seconds_per_epoch.png", "timeline.png"):
+                self.assert_png(os.path.join(out, name))
+                self.assertIn(f"wrote {os.path.join(out, name)}", r.stdout)
+            self.assertEqual(sorted(os.listdir(out)), ["accuracy.png", "seconds_per_epoch.png", "timeline.png"])
+
+    def test_each_plot_only_when_its_data_exists(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = run_plot("--out", d, os.path.join(SAMPLE, "timeline-naive.json"),
+                         os.path.join(SAMPLE, "timeline-graph.json"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(os.listdir(d), ["timeline.png"])
+            self.assert_png(os.path.join(d, "timeline.png"))
+
+        with tempfile.TemporaryDirectory() as d:
+            r = run_plot("--out", d, os.path.join(SAMPLE, "metrics-cpu-r1.jsonl"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(os.listdir(d), ["accuracy.png"])  # metrics lines carry no benchmark rows
+
+        with tempfile.TemporaryDirectory() as d:
+            r = run_plot("--out", d, os.path.join(SAMPLE, "peer-pytorch-textbook-r1.json"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(sorted(os.listdir(d)), ["accuracy.png", "seconds_per_epoch.png"])
+
+    def test_metrics_file_with_several_runs_and_rows_in_a_list(self):
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "in")
+            os.mkdir(src)
+            with open(os.path.join(src, "two-runs.jsonl"), "w") as f:
+                for seed in (1, 2):
+                    for e in (1, 2, 3):
+                        f.write(json.dumps({"epoch": e, "epochs": 3, "test_acc": 0.2 * e, "backend": "cpu",
+                                            "mode": "cpu", "replicas": 2, "seed": seed}) + "\n")
+            with open(os.path.join(src, "rows.json"), "w") as f:
+                json.dump([{"name": "a", "impl": "x", "mode": "m", "replicas": 1, "seconds_per_epoch": 1.0},
+                           {"name": "b", "impl": "x", "mode": "m", "replicas": 4, "seconds_per_epoch": 0.5}], f)
+            r = run_plot("--out", os.path.join(d, "out"), src)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assert_png(os.path.join(d, "out", "accuracy.png"))
+            self.assert_png(os.path.join(d, "out", "seconds_per_epoch.png"))
+
+
+class SampleIsLabelled(unittest.TestCase):
+    def test_readme_says_synthetic(self):
+        with open(os.path.join(SAMPLE, "README.md")) as f:
+            text = f.read()
+        self.assertIn("NOT measurements", text)
+        self.assertIn("Synthetic", text)
+
+
+if __name__ == "__main__":
+    unittest.main()
