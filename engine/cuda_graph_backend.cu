@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "engine/cuda_ring.hpp"
 #include "io/pinned.hpp"
@@ -39,6 +40,13 @@ class PreallocatedTemp {
 };
 
 constexpr size_t kThrustTempBytes = size_t{1} << 20;
+
+// The address of a field of a struct in device memory, without forming a reference to device memory
+// on the host.
+template <typename Field>
+const Field* device_field(const StepParams* base, size_t offset) {
+  return reinterpret_cast<const Field*>(reinterpret_cast<const char*>(base) + offset);
+}
 
 }  // namespace
 
@@ -107,7 +115,24 @@ CudaGraphBackend::CudaGraphBackend(const CudaPlacement& placement, const std::ve
                                 cudaMemcpyHostToDevice));
     rep->ctx->bind(rep->compute.get());
     rep->net->zero_stats(cuda::CudaLenet::kTrainStats);
+    // The memsets and the pageable copies above ran on the legacy stream, which the replica's
+    // non-blocking streams do not wait for.
+    LENET_CUDA_CHECK(cudaDeviceSynchronize());
     replicas_.push_back(std::move(rep));
+  }
+  // Ring neighbours on different GPUs copy inside the captured graph; copies staged through the host
+  // are documented for eager copies only, so the graph mode asks for peer access.
+  for (int r = 0; r < n_rep; ++r) {
+    const int a = replicas_[size_t(r)]->device, b = replicas_[size_t((r + 1) % n_rep)]->device;
+    int ab = 1, ba = 1;
+    if (a != b) {
+      LENET_CUDA_CHECK(cudaDeviceCanAccessPeer(&ab, a, b));
+      LENET_CUDA_CHECK(cudaDeviceCanAccessPeer(&ba, b, a));
+    }
+    if (!ab || !ba) {
+      throw cuda::CudaError("graph mode needs peer access between cuda:" + std::to_string(a) + " and cuda:" +
+                            std::to_string(b) + ", which these GPUs do not offer; use --mode naive");
+    }
   }
   const int root = replicas_[0]->device;
   fork_ = Event(root);
@@ -154,7 +179,7 @@ void CudaGraphBackend::enqueue_step(int slot) {
     cuda::CudaLenet& net = *rep->net;
     const StepParams* params = rep->params[s].get();
     net.forward(rep->capacity, rep->x[s].get());
-    net.loss(rep->capacity, cuda::CudaLenet::kTrainStats, rep->labels[s].get(), &params->rows);
+    net.loss(rep->capacity, cuda::CudaLenet::kTrainStats, rep->labels[s].get(), device_field<int32_t>(params, offsetof(StepParams, rows)));
     net.backward(rep->capacity, rep->x[s].get());
     rep->progress.record(rep->compute.get());
   }
@@ -164,8 +189,8 @@ void CudaGraphBackend::enqueue_step(int slot) {
   enqueue_ring_allreduce(ring_, members);
   for (auto& rep : replicas_) {
     DeviceGuard guard(rep->device);
-    cuda::launch_sgd_update(rep->net->params(), rep->net->grads(), model::kNumParameters, &rep->params[s].get()->scale,
-                            rep->compute.get());
+    cuda::launch_sgd_update(rep->net->params(), rep->net->grads(), model::kNumParameters,
+                            device_field<float>(rep->params[s].get(), offsetof(StepParams, scale)), rep->compute.get());
   }
   // Join: the root stream (the capture's origin) ends after every replica.
   for (size_t r = 1; r < replicas_.size(); ++r) {
@@ -240,7 +265,7 @@ model::StepStats CudaGraphBackend::take_train_stats() {
 }
 
 void CudaGraphBackend::prepare_evaluation(const io::Split& data) {
-  if (eval_data_ == &data && eval_size_ == data.size()) return;
+  if (eval_data_ == &data && eval_size_ == data.size() && eval_pixels_ == data.pixels.data()) return;
   const std::vector<RowRange> shares = split_rows(static_cast<int>(data.size()), static_cast<int>(replicas_.size()));
   std::vector<float> x;
   std::vector<int32_t> labels;
@@ -258,9 +283,12 @@ void CudaGraphBackend::prepare_evaluation(const io::Split& data) {
     rep.test_x.upload(x.data(), x.size());
     rep.test_labels.upload(labels.data(), labels.size());
     rep.test_rows = rows;
+    DeviceGuard guard(rep.device);
+    LENET_CUDA_CHECK(cudaDeviceSynchronize());  // uploads on the legacy stream, read on the compute stream
   }
   eval_data_ = &data;
   eval_size_ = data.size();
+  eval_pixels_ = data.pixels.data();
 }
 
 int64_t CudaGraphBackend::count_correct(const io::Split& data, int /*batch_size*/) {
@@ -294,6 +322,9 @@ int64_t CudaGraphBackend::count_correct(const io::Split& data, int /*batch_size*
 std::vector<float> CudaGraphBackend::parameters(int replica) const {
   const Replica& rep = *replicas_.at(static_cast<size_t>(replica));
   {
+    // Replays run on replica 0's stream (on its device) and span every replica's device.
+    DeviceGuard root(replicas_[0]->device);
+    LENET_CUDA_CHECK(cudaStreamSynchronize(replicas_[0]->compute.get()));
     DeviceGuard guard(rep.device);
     LENET_CUDA_CHECK(cudaDeviceSynchronize());  // the download runs on the legacy stream, unordered with ours
   }

@@ -30,7 +30,8 @@ class CudaGraphBackend final : public Backend {
   void train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) override;
   model::StepStats take_train_stats() override;
   void synchronize() override;
-  // On all replicas in parallel, each on its share of the examples, kept on the device after the first call.
+  // On all replicas in parallel, each on its share of the examples, kept on the device after the first
+  // call, in batches of the replica's captured row count rather than batch_size (no other cuDNN set-up).
   int64_t count_correct(const io::Split& data, int batch_size) override;
   std::vector<float> parameters(int replica) const override;
   std::vector<std::pair<std::string, double>> counters() const override;
@@ -48,8 +49,9 @@ class CudaGraphBackend final : public Backend {
   std::array<cuda::Event, kSlots> step_done_;  // on replica 0's device, after each replay
   cuda::Event fork_;                           // on replica 0's device
   uint64_t step_ = 0;
-  const io::Split* eval_data_ = nullptr;
+  const io::Split* eval_data_ = nullptr;  // the split whose examples are on the devices
   size_t eval_size_ = 0;
+  const uint8_t* eval_pixels_ = nullptr;
 };
 
 }  // namespace lenet::engine

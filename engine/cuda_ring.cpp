@@ -15,7 +15,7 @@ void enable_peer_access(int num_gpus) {
       if (i == j) continue;
       int can = 0;
       LENET_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, i, j));
-      if (!can) continue;  // copies between them then go through the host, still correct
+      if (!can) continue;  // eager copies between them then go through the host (the graph mode refuses)
       cuda::DeviceGuard guard(i);
       const cudaError_t rc = cudaDeviceEnablePeerAccess(j, 0);
       if (rc == cudaErrorPeerAccessAlreadyEnabled) {

@@ -68,6 +68,24 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
+// DeviceGuard for destructors and other places that must not throw: errors are ignored (a sticky
+// error from earlier work is reported by the next checked call instead).
+class QuietDeviceGuard {
+ public:
+  explicit QuietDeviceGuard(int device) noexcept {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (device != previous_) cudaSetDevice(device);
+  }
+  ~QuietDeviceGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  QuietDeviceGuard(const QuietDeviceGuard&) = delete;
+  QuietDeviceGuard& operator=(const QuietDeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
 }  // namespace lenet::cuda
 
 #define LENET_CUDA_CHECK(call) ::lenet::cuda::check_cuda((call), #call, __FILE__, __LINE__)

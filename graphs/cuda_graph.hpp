@@ -19,7 +19,7 @@ class Stream {
   }
   ~Stream() {
     if (stream_ == nullptr) return;
-    DeviceGuard guard(device_);
+    QuietDeviceGuard guard(device_);
     cudaStreamDestroy(stream_);
   }
   Stream(Stream&& o) noexcept { *this = std::move(o); }
@@ -47,7 +47,7 @@ class Event {
   }
   ~Event() {
     if (event_ == nullptr) return;
-    DeviceGuard guard(device_);
+    QuietDeviceGuard guard(device_);
     cudaEventDestroy(event_);
   }
   Event(Event&& o) noexcept { *this = std::move(o); }
@@ -82,7 +82,7 @@ class GraphExec {
   }
   ~GraphExec() {
     if (exec_ == nullptr) return;
-    DeviceGuard guard(device_);
+    QuietDeviceGuard guard(device_);
     cudaGraphExecDestroy(exec_);
   }
   GraphExec(GraphExec&& o) noexcept { *this = std::move(o); }
@@ -116,7 +116,7 @@ class Capture {
   }
   ~Capture() {
     if (!active_) return;
-    DeviceGuard guard(origin_.device());
+    QuietDeviceGuard guard(origin_.device());
     cudaGraph_t graph = nullptr;
     if (cudaStreamEndCapture(origin_.get(), &graph) == cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);
     cudaGetLastError();

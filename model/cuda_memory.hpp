@@ -58,11 +58,8 @@ class DeviceBuffer {
   }
   void release() noexcept {
     if (ptr_ == nullptr) return;
-    int previous = 0;
-    cudaGetDevice(&previous);
-    cudaSetDevice(device_);
+    QuietDeviceGuard guard(device_);
     cudaFree(ptr_);  // errors here cannot be reported from a destructor; a sticky error shows at the next call
-    cudaSetDevice(previous);
     ptr_ = nullptr;
   }
 

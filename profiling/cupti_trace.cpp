@@ -54,7 +54,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-        if (m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOD || m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_PTOP)
+        if (m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOD)  // peer copies arrive as MEMCPY2 records
           g_activity.allreduce_seconds += double(m->end - m->start) * 1e-9;
         break;
       }
@@ -93,6 +93,13 @@ bool CuptiTrace::available() { return true; }
 
 std::string CuptiTrace::unavailable_reason() { return ""; }
 
+void CuptiTrace::prepare() {
+  static std::once_flag registered;
+  std::call_once(registered, [] {
+    check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
+  });
+}
+
 void CuptiTrace::start() {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -100,17 +107,22 @@ void CuptiTrace::start() {
     g_kernel_correlation.clear();
     g_api_start.clear();
   }
-  static std::once_flag registered;
-  std::call_once(registered, [] {
-    check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
-  });
-  for (CUpti_ActivityKind kind : kKinds) check(cuptiActivityEnable(kind), "cuptiActivityEnable");
+  prepare();
+  try {
+    for (CUpti_ActivityKind kind : kKinds) check(cuptiActivityEnable(kind), "cuptiActivityEnable");
+  } catch (...) {
+    for (CUpti_ActivityKind kind : kKinds) cuptiActivityDisable(kind);
+    throw;
+  }
 }
 
 Activity CuptiTrace::stop() {
   check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
   for (CUpti_ActivityKind kind : kKinds) check(cuptiActivityDisable(kind), "cuptiActivityDisable");
+  size_t dropped = 0;
+  check(cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped), "cuptiActivityGetNumDroppedRecords");
   std::lock_guard<std::mutex> lock(g_mutex);
+  g_activity.dropped_records = dropped;
   for (const auto& [correlation, run] : g_kernel_correlation) {
     const auto api = g_api_start.find(correlation);
     if (api != g_api_start.end()) g_activity.launched.push_back({run, api->second});
@@ -128,6 +140,7 @@ uint64_t CuptiTrace::now() {
 
 bool CuptiTrace::available() { return false; }
 std::string CuptiTrace::unavailable_reason() { return "this build found no CUPTI"; }
+void CuptiTrace::prepare() {}
 void CuptiTrace::start() { throw std::runtime_error(unavailable_reason()); }
 Activity CuptiTrace::stop() { return {}; }
 uint64_t CuptiTrace::now() { return 0; }

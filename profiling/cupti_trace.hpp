@@ -18,6 +18,7 @@ struct Activity {
   // Time of the allreduce's work: our add kernels plus device-to-device and peer copies (the only ones
   // the training step makes besides host-to-device input copies).
   double allreduce_seconds = 0;
+  size_t dropped_records = 0;  // records CUPTI could not store: the counts above are then too low
 };
 
 class CuptiTrace {
@@ -26,6 +27,10 @@ class CuptiTrace {
   static bool available();
   // Why not, when not available or when CUPTI refused (e.g. a profiler already attached).
   static std::string unavailable_reason();
+  // Registers CUPTI's buffers. Call before any CUDA graph exists: starting CUPTI after graphs were
+  // captured has been reported to fault (pytorch#75504, which PyTorch works around the same way).
+  static void prepare();
+  // Throws std::runtime_error (with every activity kind disabled again) when CUPTI refuses.
   void start();
   Activity stop();  // flushes every buffer, then disables the activity kinds
   static uint64_t now();  // CUPTI's clock, the one activity records are stamped with
