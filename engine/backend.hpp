@@ -31,6 +31,9 @@ class Backend {
   // Loss sum and correct count of the rows trained since the last call (read once per epoch, so a GPU
   // backend need not synchronise per step for them).
   virtual model::StepStats take_train_stats() = 0;
+  // Among the steps since the last take_train_stats(), the index of the first whose loss was not
+  // finite, where the backend sees its loss per step without extra synchronisation (the CPU); else -1.
+  virtual int64_t first_nonfinite_step() const { return -1; }
   // Returns when all enqueued work has finished (the end of an epoch's timed training pass).
   virtual void synchronize() {}
   // Correct predictions over the whole split, in minibatches of batch_size.

@@ -1,5 +1,6 @@
 #include "engine/cpu_backend.hpp"
 
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -23,6 +24,7 @@ std::vector<std::string> CpuBackend::devices() const { return std::vector<std::s
 
 void CpuBackend::train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) {
   const std::vector<RowRange> split = split_rows(rows, static_cast<int>(replicas_.size()));
+  const double loss_before = stats_.loss_sum;
   {
     profiling::Range range("forward_backward");
     for (size_t r = 0; r < replicas_.size(); ++r) {
@@ -37,6 +39,8 @@ void CpuBackend::train_step(const io::Split& data, const uint32_t* idx, int rows
       stats_.correct += st.correct;
     }
   }
+  if (first_nonfinite_ < 0 && std::isfinite(loss_before) && !std::isfinite(stats_.loss_sum)) first_nonfinite_ = steps_;
+  ++steps_;
   {
     profiling::Range range("allreduce");
     std::vector<float*> grads;
@@ -50,7 +54,11 @@ void CpuBackend::train_step(const io::Split& data, const uint32_t* idx, int rows
   }
 }
 
-model::StepStats CpuBackend::take_train_stats() { return std::exchange(stats_, model::StepStats{}); }
+model::StepStats CpuBackend::take_train_stats() {
+  steps_ = 0;
+  first_nonfinite_ = -1;
+  return std::exchange(stats_, model::StepStats{});
+}
 
 int64_t CpuBackend::count_correct(const io::Split& data, int batch_size) {
   Replica& rep = replicas_.front();

@@ -17,6 +17,7 @@ class CpuBackend final : public Backend {
   std::vector<std::string> devices() const override;
   void train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) override;
   model::StepStats take_train_stats() override;
+  int64_t first_nonfinite_step() const override { return first_nonfinite_; }
   // On replica 0, as the source text evaluates on its first device.
   int64_t count_correct(const io::Split& data, int batch_size) override;
   std::vector<float> parameters(int replica) const override;
@@ -30,6 +31,8 @@ class CpuBackend final : public Backend {
   std::vector<Replica> replicas_;
   RingSchedule ring_;
   model::StepStats stats_;
+  int64_t steps_ = 0;  // since the last take_train_stats()
+  int64_t first_nonfinite_ = -1;
 };
 
 }  // namespace lenet::engine

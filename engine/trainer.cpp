@@ -141,13 +141,16 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
     m.epoch = e + 1;
     backend.synchronize();
     m.epoch_seconds = seconds_since(t0);
+    const int64_t bad_step = backend.first_nonfinite_step();
     const model::StepStats st = backend.take_train_stats();
     // Checked once per epoch (the GPU modes keep the loss on the device): a step that diverged leaves a
-    // non-finite loss sum or non-finite parameters behind.
+    // non-finite loss sum or non-finite parameters behind. Steps are numbered from 1 over the whole run.
     if (!std::isfinite(st.loss_sum) || !all_finite(backend.parameters(0))) {
+      const std::string where =
+          bad_step >= 0 ? "at step " + std::to_string(first_step + uint64_t(bad_step) + 1)
+                        : "between steps " + std::to_string(first_step + 1) + " and " + std::to_string(step);
       throw TrainingDiverged("non-finite " + std::string(std::isfinite(st.loss_sum) ? "parameters" : "training loss") +
-                             " in epoch " + std::to_string(e + 1) + " (steps " + std::to_string(first_step + 1) +
-                             ".." + std::to_string(step) + "); try a smaller --lr");
+                             " in epoch " + std::to_string(e + 1) + ", " + where + "; try a smaller --lr");
     }
     const double n = static_cast<double>(examples);
     m.train_loss = st.loss_sum / n;
