@@ -1,11 +1,12 @@
 #include "engine/cli.hpp"
 
-#include <csignal>
-#include <cmath>
-#include <iostream>
-#include <sstream>
-#include <memory>
 #include <unistd.h>
+
+#include <cmath>
+#include <csignal>
+#include <iostream>
+#include <memory>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 
@@ -43,14 +44,6 @@ void validate(const CliOptions& o) {
   // --num-gpus without --replicas sets the replica count; checked once the backend is known.
 }
 
-// Minibatch sizes a run meets: full ones and the partial last one, if any.
-std::vector<int> batch_sizes(size_t examples, int batch) {
-  std::vector<int> sizes = {static_cast<int>(std::min(examples, static_cast<size_t>(batch)))};
-  if (examples > static_cast<size_t>(batch) && examples % static_cast<size_t>(batch) != 0)
-    sizes.push_back(static_cast<int>(examples % static_cast<size_t>(batch)));
-  return sizes;
-}
-
 void check_replicas(int replicas, int batch) {
   if (replicas > batch) {
     throw UsageError(std::to_string(replicas) + " replicas for --batch-size " + std::to_string(batch) +
@@ -76,8 +69,8 @@ std::unique_ptr<Backend> make_cuda_backend(const CliOptions& o, const CudaProbe&
   placement.num_gpus = num_gpus;
   placement.replicas = o.replicas.value_or(num_gpus);
   check_replicas(placement.replicas, o.train.batch_size);
-  placement.train_batch_rows = batch_sizes(data.train.size(), o.train.batch_size);
-  placement.eval_batch_rows = batch_sizes(data.test.size(), o.train.batch_size);
+  placement.train_batch_rows = minibatch_sizes(data.train.size(), o.train.batch_size);
+  placement.eval_batch_rows = minibatch_sizes(data.test.size(), o.train.batch_size);
   std::vector<std::string> report;
   std::unique_ptr<Backend> backend;
   if (o.mode == "naive") {

@@ -18,6 +18,13 @@ std::vector<RowRange> split_rows(int batch_rows, int replicas) {
   return out;
 }
 
+std::vector<int> minibatch_sizes(size_t examples, int batch) {
+  const size_t b = static_cast<size_t>(batch);
+  std::vector<int> sizes = {static_cast<int>(std::min(examples, b))};
+  if (examples > b && examples % b != 0) sizes.push_back(static_cast<int>(examples % b));
+  return sizes;
+}
+
 int largest_share(const std::vector<int>& batch_sizes, int replicas, int replica) {
   int most = 0;
   for (int b : batch_sizes) most = std::max(most, split_rows(b, replicas).at(static_cast<size_t>(replica)).rows);

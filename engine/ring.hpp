@@ -16,6 +16,10 @@ struct RowRange {
 // replica takes what is left, and replicas past the end get zero rows (e.g. B = 5, R = 4: 2, 2, 1, 0).
 std::vector<RowRange> split_rows(int batch_rows, int replicas);
 
+// The minibatch sizes an epoch of `examples` in minibatches of `batch` meets: the full size (or all the
+// examples when fewer) and the partial last one, if any.
+std::vector<int> minibatch_sizes(size_t examples, int batch);
+
 // The most rows replica `replica` gets over minibatches of the given sizes. Not always its share of the
 // largest one: a later replica can get more of a smaller, partial minibatch (B = 26, R = 6: 5,5,5,5,5,1;
 // B = 18: 3 each), so buffers sized from the full minibatch alone would be too small.

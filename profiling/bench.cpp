@@ -57,11 +57,8 @@ std::unique_ptr<engine::Backend> make_backend(const std::string& mode, int repli
   engine::CudaPlacement p;
   p.num_gpus = std::min(num_gpus, replicas);
   p.replicas = replicas;
-  const size_t b = static_cast<size_t>(o.batch_size);
-  p.train_batch_rows = {static_cast<int>(std::min(b, data.train.size()))};
-  if (data.train.size() > b && data.train.size() % b) p.train_batch_rows.push_back(int(data.train.size() % b));
-  p.eval_batch_rows = {static_cast<int>(std::min(b, data.test.size()))};
-  if (data.test.size() > b && data.test.size() % b) p.eval_batch_rows.push_back(int(data.test.size() % b));
+  p.train_batch_rows = engine::minibatch_sizes(data.train.size(), o.batch_size);
+  p.eval_batch_rows = engine::minibatch_sizes(data.test.size(), o.batch_size);
   if (mode == "naive") return std::make_unique<engine::CudaNaiveBackend>(p, start);
   return std::make_unique<engine::CudaGraphBackend>(p, start);
 }

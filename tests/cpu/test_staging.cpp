@@ -49,6 +49,12 @@ TEST(StagingSlots, CapacityCoversEveryMinibatchShare) {
         }
 }
 
+TEST(StagingSlots, MinibatchSizesOfAnEpoch) {
+  EXPECT_EQ(engine::minibatch_sizes(60000, 256), (std::vector<int>{256, 96}));
+  EXPECT_EQ(engine::minibatch_sizes(512, 256), (std::vector<int>{256}));
+  EXPECT_EQ(engine::minibatch_sizes(100, 256), (std::vector<int>{100}));
+}
+
 TEST(StagingSlots, StepParametersCarryRowsAndTheSgdScale) {
   const engine::StepParams p = engine::step_params(32, 96, 0.2f);
   EXPECT_EQ(p.rows, 32);

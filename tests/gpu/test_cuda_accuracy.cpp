@@ -7,6 +7,7 @@
 #include "engine/cpu_backend.hpp"
 #include "engine/cuda_graph_backend.hpp"
 #include "engine/cuda_naive_backend.hpp"
+#include "engine/ring.hpp"
 #include "engine/trainer.hpp"
 #include "gpu_test.hpp"
 #include "io/dataset.hpp"
@@ -25,8 +26,8 @@ TEST(CudaAccuracy, ThreeEpochsReachTheCpuAccuracyInBothModes) {
   const std::vector<float> start = model::init_parameters<float>(opt.seed);
   engine::CudaPlacement placement;
   placement.replicas = 2;
-  placement.train_batch_rows = {opt.batch_size, int(data.train.size() % size_t(opt.batch_size))};
-  placement.eval_batch_rows = {opt.batch_size, int(data.test.size() % size_t(opt.batch_size))};
+  placement.train_batch_rows = engine::minibatch_sizes(data.train.size(), opt.batch_size);
+  placement.eval_batch_rows = engine::minibatch_sizes(data.test.size(), opt.batch_size);
   std::ostringstream log;
   engine::CudaNaiveBackend naive(placement, start);
   const double naive_acc = engine::train(naive, data, opt, log, false).epochs.back().test_acc;
