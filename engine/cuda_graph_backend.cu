@@ -235,6 +235,7 @@ void CudaGraphBackend::train_step(const io::Split& data, const uint32_t* idx, in
   }
   profiling::Range range("replay");
   Replica& root = *replicas_[0];
+  DeviceGuard guard(root.device);  // launches go to a stream of the current device
   for (auto& rep : replicas_) rep->copied[s].wait_on(root.compute.get());
   step_graphs_[s].launch(root.compute.get());
   step_done_[s].record(root.compute.get());
