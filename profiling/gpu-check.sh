@@ -13,7 +13,8 @@
 # no .git), LENET_CHECK_EPOCHS (default 10), LENET_CHECK_SWEEP (0 skips the sweep),
 # LENET_CHECK_SANITIZERS (compute-sanitizer tools, default "memcheck racecheck"), CUDNN_ROOT,
 # LENET_CHECK_PHASES (any of: tests experiment sweep bench sanitizers cpu; default all of them; split
-# them over several runs when one run's time limit is too short for all).
+# them over several runs when one run's time limit is too short for all, e.g. "tests experiment" then
+# "sweep bench sanitizers cpu" into two OUTDIRs: the build folder is reused when the tree is kept).
 set -uo pipefail
 out=${1:?usage: profiling/gpu-check.sh OUTDIR}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
