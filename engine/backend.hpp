@@ -21,8 +21,8 @@ class UsageError : public std::runtime_error {
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual std::string name() const = 0;  // "cpu", later "cuda"
-  virtual std::string mode() const = 0;  // "cpu", later "naive" or "graph"
+  virtual std::string name() const = 0;  // "cpu" or "cuda"
+  virtual std::string mode() const = 0;  // "cpu", "naive" or "graph"
   // One entry per replica, e.g. {"cpu", "cpu"} or {"cuda:0", "cuda:0"}.
   virtual std::vector<std::string> devices() const = 0;
   // One step on the minibatch data[idx[0..rows)): split over the replicas, gradients summed across them,

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/numbers.hpp"
 #include "model/lenet.hpp"
 
 namespace lenet::engine {
@@ -58,12 +59,6 @@ float get_le_float(const uint8_t* p) {
 
 // ---- the training state as metadata strings -------------------------------------------------------
 
-std::string format_double(double v) {
-  // Shortest representation that parses back to the same double, independent of the C locale.
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
-}
 
 // The reason `state` cannot be resumed from, or empty. One rule for saving and loading, so the saver
 // never writes a file the loader rejects.
@@ -81,11 +76,6 @@ std::string state_problem(const TrainingState& s) {
 std::string quoted(const std::string& s) { return nlohmann::json(s).dump(); }
 
 // Decimal digits only: no sign, space or exponent, and no silent wrap-around.
-bool parse_u64(const std::string& s, uint64_t& v) {
-  if (s.empty() || s[0] < '0' || s[0] > '9') return false;
-  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
-  return r.ec == std::errc() && r.ptr == s.data() + s.size();
-}
 
 // ---- header validation ----------------------------------------------------------------------------
 

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <csignal>
 #include <iostream>
+#include <filesystem>
 #include <memory>
-#include <sstream>
 
 #include <CLI/CLI.hpp>
 
@@ -15,6 +15,9 @@
 #include "engine/cuda_graph_backend.hpp"
 #include "engine/cuda_naive_backend.hpp"
 #include "engine/cuda_probe.hpp"
+#include "engine/numbers.hpp"
+#include "graphs/cuda_check.hpp"
+#include "io/sampler.hpp"
 #include "model/gemm.hpp"
 #include "model/lenet.hpp"
 
@@ -31,7 +34,7 @@ std::string version_text() {
 void validate(const CliOptions& o) {
   const TrainOptions& t = o.train;
   if (t.batch_size < 1) throw UsageError("--batch-size " + std::to_string(t.batch_size) + ": must be at least 1");
-  if (!std::isfinite(t.lr) || t.lr <= 0) throw UsageError("--lr " + std::to_string(t.lr) + ": must be a finite number > 0");
+  if (!std::isfinite(t.lr) || t.lr <= 0) throw UsageError("--lr " + format_double(t.lr) + ": must be a finite number > 0");
   if (t.epochs < 0 || (t.epochs == 0 && o.load_path.empty()))
     throw UsageError("--epochs " + std::to_string(t.epochs) + ": must be at least 1 (0 only with --load, to evaluate)");
   if (!o.load_path.empty() && !o.resume_path.empty()) throw UsageError("--load and --resume: give one of them");
@@ -96,6 +99,7 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
                kProgram};
   int num_gpus = 0, replicas = 0;
   long long train_limit = 0, test_limit = 0;
+  std::string seed = std::to_string(o.train.seed);
   app.add_option("--num-gpus", num_gpus, "Use GPUs 0..N-1 (default: all visible). On the CPU backend: the default --replicas");
   app.add_option("--replicas", replicas, "Data-parallel replicas (default: the number of GPUs used; on the CPU, --num-gpus or 1)");
   app.add_option("--batch-size", o.train.batch_size, "Global minibatch size, split over the replicas")->capture_default_str();
@@ -105,7 +109,8 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str();
   app.add_option("--mode", o.mode, "CUDA mode: naive (the textbook algorithm) or graph (CUDA graphs, ring allreduce)")
       ->check(CLI::IsMember({"naive", "graph"}))->capture_default_str();
-  app.add_option("--seed", o.train.seed, "Seed of the initial parameters and of every epoch's shuffle")->capture_default_str();
+  app.add_option("--seed", seed, "Seed of the initial parameters and of every epoch's shuffle (0..2^64-1)")
+      ->capture_default_str();
   app.add_option("--data-dir", o.data_dir, std::string("Fashion-MNIST folder (default: $LENET_DATA_DIR, else ") +
                                                io::kDefaultDataDir + ")");
   app.add_option("--train-limit", train_limit, "Use only the first N training examples");
@@ -127,6 +132,7 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   } catch (const CLI::ParseError& e) {
     throw UsageError(std::string(e.what()) + " (see --help)");
   }
+  if (!parse_u64(seed, o.train.seed)) throw UsageError("--seed " + seed + ": must be an integer from 0 to 2^64-1");
   if (app.count("--num-gpus")) o.num_gpus = num_gpus;
   o.epochs_given = app.count("--epochs") > 0;
   o.seed_given = app.count("--seed") > 0;
@@ -166,9 +172,7 @@ void apply_resume_state(CliOptions& o, const TrainingState& st) {
     if (given && differs) throw UsageError(flag + " differs from the value " + saved + " saved in --resume " + o.resume_path);
   };
   conflict(o.seed_given, o.train.seed != st.seed, "--seed", std::to_string(st.seed));
-  std::ostringstream saved_lr;
-  saved_lr << st.lr;
-  conflict(o.lr_given, o.train.lr != st.lr, "--lr", saved_lr.str());
+  conflict(o.lr_given, o.train.lr != st.lr, "--lr", format_double(st.lr));
   conflict(o.batch_given, o.train.batch_size != st.batch_size, "--batch-size", std::to_string(st.batch_size));
   conflict(o.replicas.has_value(), o.replicas.value_or(st.replicas) != st.replicas, "--replicas",
            std::to_string(st.replicas));
@@ -183,6 +187,11 @@ void apply_resume_state(CliOptions& o, const TrainingState& st) {
 }  // namespace
 
 int run_cli(int argc, const char* const* argv) {
+  // A signal outside the training loop (while loading, setting up or evaluating) ends the run there.
+  auto stopped = [](const char* when) {
+    std::cerr << kProgram << ": stopped by signal " << g_stop_signal << " " << when << std::endl;
+    return 128 + static_cast<int>(g_stop_signal);
+  };
   try {
     const std::optional<CliOptions> parsed = parse_cli(argc, argv);
     if (!parsed) return 0;
@@ -194,8 +203,16 @@ int run_cli(int argc, const char* const* argv) {
       checkpoint = load_checkpoint(o.resume_path);
       apply_resume_state(o, checkpoint->state);
     }
-    // --backend auto: CUDA when a device answers, else the CPU with a one-line notice.
+    if (!o.save_path.empty()) {  // fail now, not after the first epoch's minutes
+      const std::filesystem::path folder = std::filesystem::absolute(o.save_path).parent_path();
+      if (::access(folder.c_str(), W_OK) != 0)
+        throw CheckpointError(o.save_path + ": cannot write checkpoints into " + folder.string());
+    }
+    // --backend auto: CUDA when a device answers, else the CPU with a one-line notice. An error other
+    // than "no driver" or "no device" is a broken installation, not an absent GPU.
     const CudaProbe probe = o.backend == "cpu" ? CudaProbe{} : probe_cuda();
+    if (o.backend != "cpu" && !probe.ok() && !probe.no_device())
+      throw cuda::CudaError("the CUDA runtime answered " + probe.describe() + "; fix the installation or use --backend cpu");
     if (o.backend == "cuda" && !probe.ok())
       throw UsageError("--backend cuda: no CUDA device answers (" + probe.describe() + ")");
     const bool use_cuda = o.backend != "cpu" && probe.ok();
@@ -203,19 +220,29 @@ int run_cli(int argc, const char* const* argv) {
       std::cerr << kProgram << ": no CUDA device answers (" << probe.describe() << "); training on the CPU" << std::endl;
     if (!use_cuda) check_replicas(o.replicas.value_or(o.num_gpus.value_or(1)), o.train.batch_size);
     const io::FashionMnist data = io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), o.train_limit, o.test_limit);
-    const uint64_t batches = (data.train.size() + static_cast<size_t>(o.train.batch_size) - 1) /
-                             static_cast<size_t>(o.train.batch_size);
-    if (!o.resume_path.empty() && o.train.start_step >= batches * static_cast<uint64_t>(o.train.epochs)) {
-      throw UsageError("--resume " + o.resume_path + ": the run already did " + std::to_string(o.train.start_step) +
-                       " steps, all of --epochs " + std::to_string(o.train.epochs) + "; raise --epochs to go on");
+    if (g_stop_signal != 0) return stopped("while loading the data");
+    const uint64_t batches = io::EpochSampler(data.train.size(), size_t(o.train.batch_size), 0, false).num_batches();
+    if (!o.resume_path.empty()) {
+      const TrainingState& st = checkpoint->state;
+      if (st.step / batches != uint64_t(st.epoch)) {
+        throw UsageError("--resume " + o.resume_path + ": " + std::to_string(st.step) + " steps and " +
+                         std::to_string(st.epoch) + " epochs done do not fit " + std::to_string(batches) +
+                         " minibatches per epoch; use the interrupted run's --train-limit");
+      }
+      if (st.step >= batches * uint64_t(o.train.epochs)) {
+        throw UsageError("--resume " + o.resume_path + ": the run already did " + std::to_string(st.step) +
+                         " steps, all of --epochs " + std::to_string(o.train.epochs) + "; raise --epochs to go on");
+      }
     }
     const std::vector<float> start = checkpoint ? checkpoint->parameters : model::init_parameters<float>(o.train.seed);
     const std::unique_ptr<Backend> backend =
         use_cuda ? make_cuda_backend(o, probe, data, start, std::cerr) : make_cpu_backend(o, start);
+    if (g_stop_signal != 0) return stopped("while setting up");
 
     if (o.train.epochs == 0) {  // --epochs 0 --load FILE: evaluate only
       const double acc = static_cast<double>(backend->count_correct(data.test, o.train.batch_size)) /
                          static_cast<double>(data.test.size());
+      if (g_stop_signal != 0) return stopped("while evaluating");
       std::cout << final_line(acc, -1, backend->devices()) << std::endl;
       return 0;
     }
@@ -232,8 +259,7 @@ int run_cli(int argc, const char* const* argv) {
     const bool terminal = ::isatty(STDERR_FILENO) == 1;
     try {
       const TrainResult result = train(*backend, data, o.train, std::cerr, terminal);
-      if (!result.epochs.empty())
-        std::cout << final_line(result.epochs.back().test_acc, result.mean_epoch_seconds, backend->devices()) << std::endl;
+      std::cout << final_line(result.epochs.back().test_acc, result.mean_epoch_seconds, backend->devices()) << std::endl;
       return 0;
     } catch (const TrainingStopped& e) {
       std::cerr << kProgram << ": " << e.what()

@@ -1,5 +1,5 @@
 // The CPU backend: R replicas in host memory, each with its own copy of the parameters, run one after
-// the other; gradients summed with the ring schedule, as the CUDA graph mode will do across GPUs.
+// the other; gradients summed with the ring schedule, as the CUDA graph mode does across GPUs.
 #pragma once
 #include <vector>
 

@@ -1,6 +1,6 @@
 // Data-parallel plumbing that does not depend on where it runs: the split of a minibatch over replicas
 // and the ring allreduce schedule. The CPU backend executes the schedule with memory copies; the CUDA
-// backend will execute the same schedule with peer copies and add kernels.
+// graph mode executes the same schedule with peer copies and add kernels (cuda_ring.hpp).
 #pragma once
 #include <cstddef>
 #include <vector>

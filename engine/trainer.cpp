@@ -27,6 +27,10 @@ class Progress {
  public:
   Progress(std::ostream& out, bool terminal, bool quiet, int epochs)
       : out_(out), terminal_(terminal), quiet_(quiet), epochs_(epochs) {}
+  // A stop or an error leaving the loop must not print its message onto the live line.
+  ~Progress() {
+    if (line_open_) out_ << "\r\x1b[2K" << std::flush;
+  }
 
   void step(int epoch, size_t done, size_t total, size_t examples, double seconds) {
     if (quiet_ || !terminal_) return;
@@ -35,6 +39,7 @@ class Progress {
     last_draw_ = now;
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(kWidth * done / total);
+    line_open_ = true;
     out_ << "\r\x1b[2Kepoch " << epoch << "/" << epochs_ << " [" << std::string(static_cast<size_t>(filled), '#')
          << std::string(static_cast<size_t>(kWidth - filled), '.') << "] " << done << "/" << total << " steps, "
          << fixed(seconds > 0 ? examples / seconds : 0.0, 0) << " examples/s" << std::flush;
@@ -42,7 +47,8 @@ class Progress {
 
   void epoch_done(const EpochMetrics& m) {
     if (quiet_) return;
-    if (terminal_) out_ << "\r\x1b[2K";
+    if (line_open_) out_ << "\r\x1b[2K";
+    line_open_ = false;
     out_ << "epoch " << m.epoch << "/" << epochs_ << ": train loss " << fixed(m.train_loss, 4) << ", train acc "
          << fixed(m.train_acc, 3) << ", test acc " << fixed(m.test_acc, 3) << ", "
          << three_significant(m.epoch_seconds) << " s (" << fixed(m.examples_per_second, 0) << " examples/s)"
@@ -52,6 +58,7 @@ class Progress {
  private:
   std::ostream& out_;
   bool terminal_, quiet_;
+  bool line_open_ = false;
   int epochs_;
   Clock::time_point last_draw_{};
 };
@@ -115,6 +122,7 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
   Progress bar(progress, progress_is_terminal, options.quiet, options.epochs);
   const float lr = static_cast<float>(options.lr);
   uint64_t step = options.start_step;
+  auto stop_signal = [&] { return options.stop_requested ? options.stop_requested() : 0; };
   TrainResult result;
   for (int e = static_cast<int>(step / batches); e < options.epochs; ++e) {
     profiling::Range epoch_range("epoch");
@@ -130,11 +138,15 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
       ++step;
       examples += batch.rows;
       bar.step(e + 1, b + 1, batches, examples, seconds_since(t0));
-      const int signal = options.stop_requested ? options.stop_requested() : 0;
-      if (signal != 0) {
+      // A stop after an epoch's last step waits for the epoch's evaluation, metrics and checkpoint below.
+      if (b + 1 < batches && stop_signal() != 0) {
         backend.synchronize();
-        if (options.checkpoint) options.checkpoint(b + 1 == batches ? e + 1 : e, step);
-        throw TrainingStopped(signal, e + 1, step);
+        if (!all_finite(backend.parameters(0))) {  // never replace the last good checkpoint with this
+          throw TrainingDiverged("non-finite parameters in epoch " + std::to_string(e + 1) + " before step " +
+                                 std::to_string(step + 1) + "; try a smaller --lr");
+        }
+        if (options.checkpoint) options.checkpoint(e, step);
+        throw TrainingStopped(stop_signal(), e + 1, step);
       }
     }
     EpochMetrics m;
@@ -162,16 +174,26 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
                    static_cast<double>(data.test.size());
     }
     bar.epoch_done(m);
+    // The checkpoint first: a metrics record never claims an epoch that a resumed run would train again.
+    if (options.checkpoint) options.checkpoint(e + 1, step);
     if (metrics.is_open()) {
       metrics << epoch_record(m, backend, options).dump() << '\n' << std::flush;
       if (!metrics) throw io::DataError(options.metrics_path + ": write failed");
     }
-    if (options.checkpoint) options.checkpoint(e + 1, step);
+    m.partial = first_step % batches != 0;
     result.epochs.push_back(m);
+    if (e + 1 < options.epochs && stop_signal() != 0) throw TrainingStopped(stop_signal(), e + 1, step);
   }
+  // A resumed run's first epoch may have started mid-way: its seconds are not an epoch's, unless no
+  // other epoch ran.
   double total = 0;
-  for (const EpochMetrics& m : result.epochs) total += m.epoch_seconds;
-  result.mean_epoch_seconds = result.epochs.empty() ? 0.0 : total / static_cast<double>(result.epochs.size());
+  int counted = 0;
+  for (const EpochMetrics& m : result.epochs) {
+    if (m.partial && result.epochs.size() > 1) continue;
+    total += m.epoch_seconds;
+    ++counted;
+  }
+  result.mean_epoch_seconds = counted == 0 ? 0.0 : total / counted;
   return result;
 }
 

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -80,7 +81,7 @@ std::vector<uint8_t> maybe_gunzip(std::vector<uint8_t> data, const std::string& 
   std::memset(&zs, 0, sizeof zs);
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw DataError(name + ": zlib could not start inflating");
   zs.next_in = data.data();
-  zs.avail_in = static_cast<uInt>(data.size());
+  zs.avail_in = static_cast<uInt>(data.size());  // fits: read_file_bytes caps files at 256 MiB
   std::vector<uint8_t> out;
   int rc = Z_OK;
   constexpr size_t kChunk = size_t{1} << 20;
@@ -122,6 +123,12 @@ std::vector<uint8_t> maybe_gunzip(std::vector<uint8_t> data, const std::string& 
 std::vector<uint8_t> read_file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(path + ": cannot open (" + std::strerror(errno) + ")");
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw DataError(path + ": read error (not a regular file)");
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxDecompressedBytes) {
+    throw DataError(path + ": " + std::to_string(size >> 20) + " MiB, larger than any IDX file of this data set");
+  }
   std::vector<uint8_t> bytes;
   try {
     bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

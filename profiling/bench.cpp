@@ -21,6 +21,7 @@
 #include "engine/cuda_naive_backend.hpp"
 #include "engine/cuda_probe.hpp"
 #include "engine/cuda_ring.hpp"
+#include "engine/numbers.hpp"
 #include "io/dataset.hpp"
 #include "io/sampler.hpp"
 #include "model/cuda_memory.hpp"
@@ -42,6 +43,7 @@ struct Options {
   double lr = 0.2;
   int timed_epochs = 2;
   uint64_t seed = 1;
+  std::string seed_text = "1";
   int num_gpus = 0;  // 0: all visible
   std::string data_dir, json_path = "bench.json", markdown_path = "bench.md";
   long long train_limit = 0, test_limit = 0;
@@ -299,7 +301,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", o.batch_size, "Global minibatch size")->check(CLI::Range(1, 1 << 20));
   app.add_option("--lr", o.lr, "SGD learning rate")->check(CLI::PositiveNumber);
   app.add_option("--epochs", o.timed_epochs, "Timed epochs per configuration (after one warm-up epoch)")->check(CLI::Range(1, 1000));
-  app.add_option("--seed", o.seed, "Seed of the parameters and the shuffles");
+  app.add_option("--seed", o.seed_text, "Seed of the parameters and the shuffles (0..2^64-1)");
   app.add_option("--num-gpus", o.num_gpus, "GPUs 0..N-1 to place replicas on (default: all visible)")->check(CLI::Range(1, 64));
   app.add_option("--data-dir", o.data_dir, "Fashion-MNIST folder");
   app.add_option("--train-limit", o.train_limit, "First N training examples")->check(CLI::Range(1LL, 60000LL));
@@ -319,6 +321,15 @@ int main(int argc, char** argv) {
     std::cerr << "lenet-bench: " << e.what() << " (see --help)" << std::endl;
     return 2;
   }
+  if (!engine::parse_u64(o.seed_text, o.seed)) {
+    std::cerr << "lenet-bench: --seed " << o.seed_text << ": must be an integer from 0 to 2^64-1" << std::endl;
+    return 2;
+  }
+  for (int r : o.replicas)
+    if (r > o.batch_size) {
+      std::cerr << "lenet-bench: --replicas " << r << " is larger than --batch-size " << o.batch_size << std::endl;
+      return 2;
+    }
   try {
     const bool wants_gpu = std::any_of(o.modes.begin(), o.modes.end(), [](const std::string& m) { return m != "cpu"; });
     const engine::CudaProbe probe = engine::probe_cuda();
@@ -404,7 +415,9 @@ int main(int argc, char** argv) {
     }
     if (o.projection && wants_gpu) out["projection"] = project(data, o, step_latency, md);
     std::cout << md.str();
-    std::ofstream(o.markdown_path) << md.str();
+    std::ofstream markdown(o.markdown_path);
+    markdown << md.str();
+    if (!markdown) throw std::runtime_error(o.markdown_path + ": write failed");
     std::ofstream json(o.json_path);
     json << out.dump(2) << '\n';
     if (!json) throw std::runtime_error(o.json_path + ": write failed");

@@ -36,6 +36,8 @@ TEST_F(Cli, UsageErrorsExit2WithOneLine) {
   expect_usage_error("--train-limit 0", "--train-limit");
   expect_usage_error("--backend tpu", "--backend");
   expect_usage_error("--mode fast", "--mode");
+  expect_usage_error("--seed -1", "--seed");
+  expect_usage_error("--seed 18446744073709551616", "--seed");  // 2^64
 }
 
 TEST_F(Cli, BackendCudaWithoutDeviceIsAUsageError) {
@@ -134,6 +136,17 @@ TEST_F(Cli, SaveResumeEqualsUninterruptedAndLoadEvaluates) {
   expect_usage_error(common + "--epochs 3 --resume '" + b + "' --lr 0.1", "--lr");
   expect_usage_error(common + "--load '" + a + "' --resume '" + b + "'", "--resume");
   expect_usage_error(common + "--resume '" + b + "'", "raise --epochs");
+  // The saved step count means other epochs with another --train-limit: refused, not reinterpreted.
+  expect_usage_error("--backend cpu --quiet --train-limit 250 --test-limit 100 --epochs 3 --resume '" + b + "'",
+                     "--train-limit");
+}
+
+TEST_F(Cli, UnwritableSaveFolderExits1BeforeTraining) {
+  const std::string path = (dir_ / "missing" / "c.safetensors").string();
+  const Result r = run("--backend cpu --epochs 1 --train-limit 64 --test-limit 64 --save '" + path + "'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find(path), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("epoch 1/1"), std::string::npos) << "the check must come before training";
 }
 
 TEST_F(Cli, CorruptCheckpointExits1NamingIt) {

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include "engine/checkpoint.hpp"
@@ -39,13 +42,16 @@ std::vector<float> uninterrupted() {
   return b.parameters(0);
 }
 
-// Stops after `stop_after` steps with a checkpoint in a file, then resumes from that file.
-std::vector<float> interrupted_and_resumed(uint64_t stop_after) {
+// Stops after `stop_after` steps with a checkpoint in a file, then resumes from that file. Both runs
+// write their metrics to one file; `epochs_recorded` receives the epoch numbers found there.
+std::vector<float> interrupted_and_resumed(uint64_t stop_after, std::vector<int>* epochs_recorded = nullptr) {
   const fs::path file = fs::temp_directory_path() / ("lenet-resume-" + std::to_string(::getpid()) + ".safetensors");
+  const fs::path metrics = fs::temp_directory_path() / ("lenet-resume-" + std::to_string(::getpid()) + ".jsonl");
   std::ostringstream log;
   {
     engine::CpuBackend b(2, model::init_parameters<float>(options().seed));
     engine::TrainOptions o = options();
+    o.metrics_path = metrics.string();
     uint64_t steps = 0;
     o.stop_requested = [&] { return ++steps == stop_after ? 2 : 0; };
     o.checkpoint = [&](int epoch, uint64_t step) {
@@ -60,14 +66,38 @@ std::vector<float> interrupted_and_resumed(uint64_t stop_after) {
   engine::CpuBackend b(2, c.parameters);
   engine::TrainOptions o = options();
   o.start_step = c.state.step;
+  o.metrics_path = metrics.string();
   const engine::TrainResult r = engine::train(b, data(), o, log, false);
   EXPECT_EQ(r.epochs.size(), size_t(o.epochs - int(stop_after / 16)));
+  if (epochs_recorded != nullptr) {
+    std::ifstream in(metrics);
+    std::string line;
+    while (std::getline(in, line)) epochs_recorded->push_back(nlohmann::json::parse(line)["epoch"].get<int>());
+  }
+  fs::remove(metrics);
   return b.parameters(0);
 }
 
 TEST(Resume, MidEpochEqualsUninterrupted) { EXPECT_EQ(interrupted_and_resumed(5), uninterrupted()); }
 
-TEST(Resume, AtEpochEndEqualsUninterrupted) { EXPECT_EQ(interrupted_and_resumed(16), uninterrupted()); }
+TEST(Resume, AtEpochEndEqualsUninterruptedAndKeepsTheEpochsRecord) {
+  std::vector<int> epochs;
+  EXPECT_EQ(interrupted_and_resumed(16, &epochs), uninterrupted());
+  EXPECT_EQ(epochs, (std::vector<int>{1, 2})) << "a stop after an epoch's last step still evaluates and records it";
+}
+
+TEST(Resume, StopNeverCheckpointsNonFiniteParameters) {
+  engine::CpuBackend b(1, model::init_parameters<float>(1));
+  engine::TrainOptions o = options();
+  o.lr = 1e6;
+  uint64_t steps = 0;
+  int saved = 0;
+  o.stop_requested = [&] { return ++steps == 12 ? 2 : 0; };
+  o.checkpoint = [&](int, uint64_t) { ++saved; };
+  std::ostringstream log;
+  EXPECT_THROW(engine::train(b, data(), o, log, false), engine::TrainingDiverged);
+  EXPECT_EQ(saved, 0);
+}
 
 TEST(Resume, ResumedRunDiffersFromAFreshOne) {
   // Guards the two tests above: resuming must not simply restart from the initial parameters.
