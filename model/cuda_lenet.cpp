@@ -211,62 +211,50 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
                     std::to_string(ctx_.device()));
   };
 
+  // One query per convolution and direction, at the largest row count, then pick() as above.
   constexpr int kMaxAlgos = 16;
   int returned = 0;
-  set_batch_descriptors(max_rows_);
-  {
+  auto forward = [&](const char* what, cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t x,
+                     cudnnFilterDescriptor_t w, cudnnTensorDescriptor_t y) {
     cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
-    LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv1_fwd_, CUDNN_FMA_MATH));
-    LENET_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x_desc_, w1_desc_, conv1_fwd_, a1_desc_, kMaxAlgos,
-                                                             &returned, perf));
-    fwd1_ = static_cast<cudnnConvolutionFwdAlgo_t>(
-        pick("conv1 forward", conv1_fwd_, fp32_deterministic(perf, returned), [&](int a, size_t* b) {
-          return cudnnGetConvolutionForwardWorkspaceSize(h, x_desc_, w1_desc_, conv1_fwd_, a1_desc_,
-                                                         static_cast<cudnnConvolutionFwdAlgo_t>(a), b);
-        }));
     set_batch_descriptors(max_rows_);
-    LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv2_fwd_, CUDNN_FMA_MATH));
-    LENET_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p1_desc_, w2_desc_, conv2_fwd_, a2_desc_, kMaxAlgos,
-                                                             &returned, perf));
-    fwd2_ = static_cast<cudnnConvolutionFwdAlgo_t>(
-        pick("conv2 forward", conv2_fwd_, fp32_deterministic(perf, returned), [&](int a, size_t* b) {
-          return cudnnGetConvolutionForwardWorkspaceSize(h, p1_desc_, w2_desc_, conv2_fwd_, a2_desc_,
-                                                         static_cast<cudnnConvolutionFwdAlgo_t>(a), b);
+    LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
+    LENET_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, conv, y, kMaxAlgos, &returned, perf));
+    return static_cast<cudnnConvolutionFwdAlgo_t>(
+        pick(what, conv, fp32_deterministic(perf, returned), [&](int a, size_t* bytes) {
+          return cudnnGetConvolutionForwardWorkspaceSize(h, x, w, conv, y, static_cast<cudnnConvolutionFwdAlgo_t>(a),
+                                                         bytes);
         }));
-  }
-  {
+  };
+  auto backward_filter = [&](const char* what, cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t x,
+                             cudnnTensorDescriptor_t dy, cudnnFilterDescriptor_t dw) {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
     set_batch_descriptors(max_rows_);
-    LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv1_bwf_, CUDNN_FMA_MATH));
-    LENET_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_desc_, a1_desc_, conv1_bwf_, w1_desc_,
-                                                                    kMaxAlgos, &returned, perf));
-    bwf1_ = static_cast<cudnnConvolutionBwdFilterAlgo_t>(
-        pick("conv1 backward filter", conv1_bwf_, fp32_deterministic(perf, returned), [&](int a, size_t* b) {
-          return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_desc_, a1_desc_, conv1_bwf_, w1_desc_,
-                                                                static_cast<cudnnConvolutionBwdFilterAlgo_t>(a), b);
+    LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
+    LENET_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, dy, conv, dw, kMaxAlgos, &returned, perf));
+    return static_cast<cudnnConvolutionBwdFilterAlgo_t>(
+        pick(what, conv, fp32_deterministic(perf, returned), [&](int a, size_t* bytes) {
+          return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, dy, conv, dw,
+                                                                static_cast<cudnnConvolutionBwdFilterAlgo_t>(a), bytes);
         }));
-    set_batch_descriptors(max_rows_);
-    LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv2_bwf_, CUDNN_FMA_MATH));
-    LENET_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p1_desc_, a2_desc_, conv2_bwf_, w2_desc_,
-                                                                    kMaxAlgos, &returned, perf));
-    bwf2_ = static_cast<cudnnConvolutionBwdFilterAlgo_t>(
-        pick("conv2 backward filter", conv2_bwf_, fp32_deterministic(perf, returned), [&](int a, size_t* b) {
-          return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p1_desc_, a2_desc_, conv2_bwf_, w2_desc_,
-                                                                static_cast<cudnnConvolutionBwdFilterAlgo_t>(a), b);
-        }));
-  }
-  {
+  };
+  auto backward_data = [&](const char* what, cudnnConvolutionDescriptor_t conv, cudnnFilterDescriptor_t w,
+                           cudnnTensorDescriptor_t dy, cudnnTensorDescriptor_t dx) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
     set_batch_descriptors(max_rows_);
-    LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv2_bwd_, CUDNN_FMA_MATH));
-    LENET_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w2_desc_, a2_desc_, conv2_bwd_, p1_desc_,
-                                                                  kMaxAlgos, &returned, perf));
-    bwd2_ = static_cast<cudnnConvolutionBwdDataAlgo_t>(
-        pick("conv2 backward data", conv2_bwd_, fp32_deterministic(perf, returned), [&](int a, size_t* b) {
-          return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w2_desc_, a2_desc_, conv2_bwd_, p1_desc_,
-                                                              static_cast<cudnnConvolutionBwdDataAlgo_t>(a), b);
+    LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
+    LENET_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, dy, conv, dx, kMaxAlgos, &returned, perf));
+    return static_cast<cudnnConvolutionBwdDataAlgo_t>(
+        pick(what, conv, fp32_deterministic(perf, returned), [&](int a, size_t* bytes) {
+          return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, dy, conv, dx,
+                                                              static_cast<cudnnConvolutionBwdDataAlgo_t>(a), bytes);
         }));
-  }
+  };
+  fwd1_ = forward("conv1 forward", conv1_fwd_, x_desc_, w1_desc_, a1_desc_);
+  fwd2_ = forward("conv2 forward", conv2_fwd_, p1_desc_, w2_desc_, a2_desc_);
+  bwf1_ = backward_filter("conv1 backward filter", conv1_bwf_, x_desc_, a1_desc_, w1_desc_);
+  bwf2_ = backward_filter("conv2 backward filter", conv2_bwf_, p1_desc_, a2_desc_, w2_desc_);
+  bwd2_ = backward_data("conv2 backward data", conv2_bwd_, w2_desc_, a2_desc_, p1_desc_);
   workspace_ = DeviceBuffer<char>(ctx_.device(), std::max<size_t>(workspace, 1));
   checked_rows_.assign(static_cast<size_t>(max_rows_) + 1, 0);
   for (int r : rows) checked_rows_[static_cast<size_t>(r)] = 1;
