@@ -130,13 +130,25 @@ class PeerHelpers(unittest.TestCase):
         self.assertAlmostEqual(s["kernel_launches_per_step"], 1.5)
 
 
-@unittest.skipUnless(HAVE_TORCH, "torch is not importable (apt-get install python3-torch)")
-class PeerTextbookCpu(unittest.TestCase):
+class WithDataset(unittest.TestCase):
+    """A class-wide temporary folder holding the tiny IDX data set."""
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.data = os.path.join(cls.tmp.name, "data")
         write_dataset(cls.data)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch is not importable (apt-get install python3-torch)")
+class PeerTextbookCpu(WithDataset):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
         cls.runs = {}
         for r in (1, 3, 4):
             js = os.path.join(cls.tmp.name, f"row{r}.json")
@@ -153,10 +165,6 @@ class PeerTextbookCpu(unittest.TestCase):
                 with open(dump) as f:
                     params = json.load(f)
             cls.runs[r] = (proc, row, params)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
 
     def test_runs_and_final_line(self):
         for r, (proc, _, _) in self.runs.items():
@@ -266,18 +274,9 @@ class PeerGraphsStepOnCpu(unittest.TestCase):
                     self.assertTrue(torch.equal(flat(other), got))
 
 
-class PeerErrors(unittest.TestCase):
+class PeerErrors(WithDataset):
     """Usage errors are found before torch is imported; data errors need torch to get that far."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.data = os.path.join(cls.tmp.name, "data")
-        write_dataset(cls.data)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
 
     def assert_one_line(self, proc, status):
         self.assertEqual(proc.returncode, status, proc.stderr)
@@ -350,19 +349,10 @@ def cuda_available():
 
 
 @unittest.skipUnless(cuda_available(), "no CUDA device")
-class PeerGpu(unittest.TestCase):
+class PeerGpu(WithDataset):
     """Only where a GPU answers: the graphs variant trains what the textbook variant trains, with one and
     several replicas on one GPU, and the profiled fields are filled."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.data = os.path.join(cls.tmp.name, "data")
-        write_dataset(cls.data)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
 
     def run_variant(self, variant, replicas, extra=()):
         js = os.path.join(self.tmp.name, f"{variant}-{replicas}.json")
