@@ -187,17 +187,21 @@ class HeaderReader {
     if (data_size > at) fail(std::to_string(data_size - at) + " unexpected bytes after the last tensor");
   }
 
-  TrainingState metadata(const nlohmann::json& header) const {
-    if (!header.contains("__metadata__")) fail("header has no \"__metadata__\" (training state)");
+  // The training state, when the file is one of ours. A safetensors file from elsewhere (PyTorch's
+  // save_file writes no __metadata__, or its own "format") holds parameters only: nullopt.
+  std::optional<TrainingState> metadata(const nlohmann::json& header) const {
+    if (!header.contains("__metadata__")) return std::nullopt;
     const auto& meta = header["__metadata__"];
     if (!meta.is_object()) fail("\"__metadata__\" is " + meta.dump() + ", not an object");
     for (const auto& [key, value] : meta.items()) {
       // safetensors defines metadata as a string-to-string map; PyTorch's loader rejects anything else.
       if (!value.is_string()) fail("__metadata__ " + quoted(key) + " is " + value.dump() + ", not a string");
     }
-    const std::string format = field(meta, "format");
+    const std::string format = meta.value("format", std::string());
+    if (format.rfind(kCheckpointFormatName, 0) != 0) return std::nullopt;
     if (format != kCheckpointFormat) {
-      fail("__metadata__ \"format\" is " + quoted(format) + ", expected " + quoted(kCheckpointFormat));
+      fail("__metadata__ \"format\" is " + quoted(format) + ", expected " + quoted(kCheckpointFormat) +
+           " (written by another version of lenet-dp)");
     }
     TrainingState s;
     s.epoch = int_field(meta, "epoch");

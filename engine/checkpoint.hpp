@@ -8,6 +8,10 @@
 // {"dtype":"F32","shape":[...],"data_offsets":[begin,end]} (bytes into the data section, end exclusive)
 // and "__metadata__" to string values: "format" and the TrainingState fields.
 //
+// Any other safetensors file holding exactly these eight float32 tensors loads too, as parameters only
+// (no training state): what PyTorch's `safetensors.torch.save_file(model.state_dict(), ...)` writes for
+// the source text's network, with no "__metadata__" or with a "format" of its own.
+//
 // Saving is atomic: a crash or a full disk leaves the previous checkpoint intact. Loading trusts nothing:
 // every malformed byte sequence becomes a CheckpointError naming the file and the problem.
 #pragma once
@@ -16,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -27,7 +32,9 @@ class CheckpointError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The value of __metadata__["format"]; a reader of another layout must change it.
+// The value of __metadata__["format"]; a reader of another layout must change the version. A "format"
+// starting with the name but with another version is rejected (a newer lenet-dp wrote it).
+constexpr const char* kCheckpointFormatName = "lenet-dp checkpoint";
 constexpr const char* kCheckpointFormat = "lenet-dp checkpoint 1";
 // Our header is under 1 KiB. The cap keeps a corrupt length from making the loader allocate or parse
 // gigabytes (safetensors itself allows 100 MB).
@@ -46,8 +53,8 @@ struct TrainingState {
 };
 
 struct Checkpoint {
-  std::vector<float> parameters;  // model::kNumParameters, flat-buffer order
-  TrainingState state;
+  std::vector<float> parameters;       // model::kNumParameters, flat-buffer order
+  std::optional<TrainingState> state;  // absent in a parameters-only safetensors file
 };
 
 // Same contract as POSIX write(2): bytes written (possibly fewer than asked), or -1 with errno set.

@@ -201,7 +201,11 @@ int run_cli(int argc, const char* const* argv) {
     if (!o.load_path.empty()) checkpoint = load_checkpoint(o.load_path);
     if (!o.resume_path.empty()) {
       checkpoint = load_checkpoint(o.resume_path);
-      apply_resume_state(o, checkpoint->state);
+      if (!checkpoint->state) {
+        throw UsageError("--resume " + o.resume_path +
+                         ": parameters only, no lenet-dp training state in its __metadata__; start from them with --load");
+      }
+      apply_resume_state(o, *checkpoint->state);
     }
     if (!o.save_path.empty()) {  // fail now, not after the first epoch's minutes
       const std::filesystem::path folder = std::filesystem::absolute(o.save_path).parent_path();
@@ -223,7 +227,7 @@ int run_cli(int argc, const char* const* argv) {
     if (g_stop_signal != 0) return stopped("while loading the data");
     const uint64_t batches = io::EpochSampler(data.train.size(), size_t(o.train.batch_size), 0, false).num_batches();
     if (!o.resume_path.empty()) {
-      const TrainingState& st = checkpoint->state;
+      const TrainingState& st = *checkpoint->state;
       if (st.step / batches != uint64_t(st.epoch)) {
         throw UsageError("--resume " + o.resume_path + ": " + std::to_string(st.step) + " steps and " +
                          std::to_string(st.epoch) + " epochs done do not fit " + std::to_string(batches) +

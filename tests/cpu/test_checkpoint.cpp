@@ -17,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -85,7 +86,9 @@ void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b) 
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(bits_of(a[i]), bits_of(b[i])) << "parameter " << i;
 }
 
-void expect_same_state(const TrainingState& a, const TrainingState& b) {
+void expect_same_state(const std::optional<TrainingState>& loaded, const TrainingState& b) {
+  ASSERT_TRUE(loaded.has_value()) << "no training state loaded";
+  const TrainingState& a = *loaded;
   EXPECT_EQ(a.epoch, b.epoch);
   EXPECT_EQ(a.epochs, b.epochs);
   EXPECT_EQ(a.seed, b.seed);
@@ -582,13 +585,31 @@ TEST_F(CheckpointFiles, RepeatedKeyIsRejected) {
   EXPECT_CONTAINS(rejection(join(text, p.data)), "repeats the key \"replicas\"");
 }
 
-TEST_F(CheckpointFiles, MissingMetadataIsRejected) {
-  EXPECT_CONTAINS(rejection(edited([](json& h) { h.erase("__metadata__"); })), "no \"__metadata__\"");
+TEST_F(CheckpointFiles, MissingStateFieldIsRejected) {
   EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"] = "epoch 3"; })), "not an object");
-  for (const char* field : {"format", "epoch", "epochs", "seed", "step", "lr", "batch_size", "replicas"}) {
+  for (const char* field : {"epoch", "epochs", "seed", "step", "lr", "batch_size", "replicas"}) {
     const std::string m = rejection(edited([&](json& h) { h["__metadata__"].erase(field); }));
     EXPECT_CONTAINS(m, std::string("__metadata__ has no \"") + field + "\"");
   }
+}
+
+// What PyTorch's safetensors.torch.save_file writes for the source text's network: the same tensors
+// with no __metadata__, or with metadata of its own. Its parameters load; there is no state to resume.
+TEST_F(CheckpointFiles, ForeignSafetensorsLoadsAsParametersOnly) {
+  const std::vector<std::function<void(json&)>> foreign = {
+      [](json& h) { h.erase("__metadata__"); },
+      [](json& h) { h["__metadata__"] = {{"format", "pt"}}; },
+      [](json& h) { h["__metadata__"].erase("format"); },
+  };
+  for (const auto& edit : foreign) {
+    const Bytes b = edited(edit);
+    const Checkpoint c = lenet::engine::load_checkpoint_bytes(b.data(), b.size(), "torch.safetensors");
+    EXPECT_FALSE(c.state.has_value());
+    expect_same_bits(c.parameters, sample_parameters());
+  }
+  // Foreign metadata is still safetensors metadata: string values only.
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"] = {{"format", "pt"}, {"epoch", 3}}; })),
+                  "__metadata__ \"epoch\" is 3, not a string");
 }
 
 TEST_F(CheckpointFiles, UnparsableMetadataIsRejected) {
@@ -613,7 +634,7 @@ TEST_F(CheckpointFiles, UnparsableMetadataIsRejected) {
   EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"]["epoch"] = 3; })),
                   "__metadata__ \"epoch\" is 3, not a string");
   EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"]["format"] = "lenet-dp checkpoint 2"; })),
-                  "expected \"lenet-dp checkpoint 1\"");
+                  "expected \"lenet-dp checkpoint 1\" (written by another version of lenet-dp)");
 }
 
 TEST_F(CheckpointFiles, ExtraMetadataStringsAreAccepted) {

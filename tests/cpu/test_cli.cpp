@@ -141,6 +141,31 @@ TEST_F(Cli, SaveResumeEqualsUninterruptedAndLoadEvaluates) {
                      "--train-limit");
 }
 
+// A safetensors file of the same tensors without our metadata, as PyTorch's save_file writes it.
+void write_without_metadata(const std::string& from, const std::string& to) {
+  const std::string bytes = lenet::testing::slurp(from);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[size_t(i)]);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  ASSERT_EQ(header.erase("__metadata__"), 1u);
+  const std::string text = header.dump();
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[size_t(i)] = static_cast<char>((uint64_t(text.size()) >> (8 * i)) & 0xff);
+  std::ofstream(to, std::ios::binary) << out << text << bytes.substr(8 + n);
+}
+
+TEST_F(Cli, ParametersOnlySafetensorsLoadsButCannotResume) {
+  const std::string ours = (dir_ / "ours.safetensors").string(), torch = (dir_ / "torch.safetensors").string();
+  const std::string common = "--backend cpu --quiet --batch-size 64 --train-limit 256 --test-limit 200 ";
+  ASSERT_EQ(run(common + "--epochs 1 --save '" + ours + "'").status, 0);
+  write_without_metadata(ours, torch);
+  const Result a = run(common + "--epochs 0 --load '" + ours + "'");
+  const Result b = run(common + "--epochs 0 --load '" + torch + "'");
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_EQ(a.out, b.out);
+  expect_usage_error(common + "--epochs 2 --resume '" + torch + "'", "start from them with --load");
+}
+
 TEST_F(Cli, UnwritableSaveFolderExits1BeforeTraining) {
   const std::string path = (dir_ / "missing" / "c.safetensors").string();
   const Result r = run("--backend cpu --epochs 1 --train-limit 64 --test-limit 64 --save '" + path + "'");
@@ -177,8 +202,9 @@ TEST_F(Cli, SignalLeavesALoadableCheckpoint) {
     EXPECT_EQ(WEXITSTATUS(raw), status) << lenet::testing::slurp(dir_ / "err");
     EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("checkpoint written to"), std::string::npos);
     const lenet::engine::Checkpoint c = lenet::engine::load_checkpoint(ckpt);
-    EXPECT_GT(c.state.step, 0u);
-    EXPECT_EQ(c.state.epochs, 3);
+    ASSERT_TRUE(c.state.has_value());
+    EXPECT_GT(c.state->step, 0u);
+    EXPECT_EQ(c.state->epochs, 3);
   }
 }
 

@@ -61,11 +61,12 @@ std::vector<float> interrupted_and_resumed(uint64_t stop_after, std::vector<int>
   }
   const engine::Checkpoint c = engine::load_checkpoint(file.string());
   fs::remove(file);
-  EXPECT_EQ(c.state.step, stop_after);
-  EXPECT_EQ(c.state.epoch, int(stop_after / 16));
+  const engine::TrainingState st = c.state.value();  // throws, failing the test, if the state is missing
+  EXPECT_EQ(st.step, stop_after);
+  EXPECT_EQ(st.epoch, int(stop_after / 16));
   engine::CpuBackend b(2, c.parameters);
   engine::TrainOptions o = options();
-  o.start_step = c.state.step;
+  o.start_step = st.step;
   o.metrics_path = metrics.string();
   const engine::TrainResult r = engine::train(b, data(), o, log, false);
   EXPECT_EQ(r.epochs.size(), size_t(o.epochs - int(stop_after / 16)));
