@@ -6,19 +6,18 @@ parameters up to float32 rounding. Skipped where torch is not importable; the GP
 absent. Run from the repository root: python3 -m unittest discover -s tests/python -v
 """
 
-import gzip
 import importlib.util
 import json
 import math
 import os
-import random
 import re
-import shutil
 import struct
 import subprocess
 import sys
 import tempfile
 import unittest
+
+from synthetic_data import idx_images, idx_labels, write_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PEER = os.path.join(ROOT, "profiling", "peers", "lenet_peer.py")
@@ -40,36 +39,6 @@ def load_peer_module():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def idx_images(pixels, count):
-    return struct.pack(">IIII", 0x803, count, 28, 28) + bytes(pixels)
-
-
-def idx_labels(labels):
-    return struct.pack(">II", 0x801, len(labels)) + bytes(labels)
-
-
-def write_dataset(folder, gz_train=True):
-    rng = random.Random(7)
-    # A fresh folder: a raw file left beside a .gz one would be read in its place.
-    shutil.rmtree(folder, ignore_errors=True)
-    os.makedirs(folder)
-
-    def images(n):
-        return idx_images([rng.randrange(256) for _ in range(n * 784)], n)
-
-    def put(name, data, gz):
-        path = os.path.join(folder, name + (".gz" if gz else ""))
-        with open(path, "wb") as f:
-            f.write(gzip.compress(data) if gz else data)
-        return path
-
-    # Training files gzipped and test files raw, so both ways of reading are exercised.
-    put("train-images-idx3-ubyte", images(TRAIN), gz_train)
-    put("train-labels-idx1-ubyte", idx_labels([i % 10 for i in range(TRAIN)]), gz_train)
-    put("t10k-images-idx3-ubyte", images(TEST), False)
-    put("t10k-labels-idx1-ubyte", idx_labels([(3 * i) % 10 for i in range(TEST)]), False)
 
 
 def run_peer(*args, env=None):
@@ -137,7 +106,7 @@ class WithDataset(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.data = os.path.join(cls.tmp.name, "data")
-        write_dataset(cls.data)
+        write_dataset(cls.data, TRAIN, TEST)
 
     @classmethod
     def tearDownClass(cls):
@@ -313,14 +282,14 @@ class PeerErrors(WithDataset):
         }
         for what, (blob, expect) in cases.items():
             with self.subTest(what=what):
-                write_dataset(bad, gz_train=False)
+                write_dataset(bad, TRAIN, TEST, gz_train=False)
                 with open(os.path.join(bad, "train-images-idx3-ubyte"), "wb") as f:
                     f.write(blob)
                 line = self.assert_one_line(run_peer("--data-dir", bad), 1)
                 self.assertIn(expect, line)
                 self.assertIn("train-images-idx3-ubyte", line)
         with self.subTest(what="truncated gzip"):
-            write_dataset(bad, gz_train=True)
+            write_dataset(bad, TRAIN, TEST, gz_train=True)
             path = os.path.join(bad, "train-images-idx3-ubyte.gz")
             with open(path, "rb") as f:
                 blob = f.read()
@@ -328,7 +297,7 @@ class PeerErrors(WithDataset):
                 f.write(blob[: len(blob) // 2])
             self.assertIn("gzip", self.assert_one_line(run_peer("--data-dir", bad), 1))
         with self.subTest(what="label out of range"):
-            write_dataset(bad, gz_train=False)
+            write_dataset(bad, TRAIN, TEST, gz_train=False)
             with open(os.path.join(bad, "train-labels-idx1-ubyte"), "wb") as f:
                 f.write(idx_labels([1] * (TRAIN - 1) + [10]))
             self.assertIn("outside 0..9", self.assert_one_line(run_peer("--data-dir", bad), 1))
