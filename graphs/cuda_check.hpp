@@ -16,41 +16,71 @@ class CudaError : public std::runtime_error {
 };
 
 // What the user can do about an error, when there is something to say.
+inline constexpr const char* kOutOfDeviceMemoryHint =
+    "; out of device memory: try a smaller --batch-size or fewer --replicas per GPU";
+inline constexpr const char* kBrokenInstallHint =
+    "; the CUDA driver, runtime and cuDNN/cuBLAS libraries do not work together: check the installation, "
+    "or use --backend cpu";
+
 inline const char* cuda_hint(cudaError_t rc) {
   switch (rc) {
-    case cudaErrorMemoryAllocation: return " (out of device memory: try a smaller --batch-size or fewer --replicas per GPU)";
+    case cudaErrorMemoryAllocation: return kOutOfDeviceMemoryHint;
     case cudaErrorInsufficientDriver:
     case cudaErrorNoDevice:
-    case cudaErrorStubLibrary: return " (no usable GPU: use --backend cpu)";
-    case cudaErrorInvalidDevice: return " (no such GPU: check --num-gpus and CUDA_VISIBLE_DEVICES)";
+    case cudaErrorStubLibrary: return "; no usable GPU: use --backend cpu";
+    case cudaErrorInvalidDevice: return "; no such GPU: check --num-gpus and CUDA_VISIBLE_DEVICES";
     default: return "";
   }
 }
 
+inline const char* cudnn_hint(cudnnStatus_t rc) {
+  switch (rc) {
+    case CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED: return kOutOfDeviceMemoryHint;
+    case CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED: return "; out of host memory";
+    case CUDNN_STATUS_NOT_INITIALIZED:
+    case CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH:
+    case CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED:
+    case CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDA_DRIVER:
+    case CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDART:
+    case CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH: return kBrokenInstallHint;
+    default: return "";
+  }
+}
+
+inline const char* cublas_hint(cublasStatus_t rc) {
+  switch (rc) {
+    case CUBLAS_STATUS_ALLOC_FAILED: return kOutOfDeviceMemoryHint;
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+    case CUBLAS_STATUS_ARCH_MISMATCH: return kBrokenInstallHint;
+    default: return "";
+  }
+}
+
+// "CALL failed on cuda:D at FILE:LINE: LIB WHAT"; the device is left out when none is current.
 [[noreturn]] inline void throw_cuda_error(const char* lib, const char* call, const char* file, int line,
                                           const std::string& what) {
   int device = -1;
-  if (cudaGetDevice(&device) != cudaSuccess) device = -1;
-  throw CudaError(std::string(call) + " failed on cuda:" + std::to_string(device) + " at " + file + ":" +
-                  std::to_string(line) + ": " + lib + " " + what);
+  const std::string on = cudaGetDevice(&device) == cudaSuccess ? " on cuda:" + std::to_string(device) : "";
+  cudaGetLastError();  // clear a non-sticky error (the call's or cudaGetDevice's) so no later call reports it
+  throw CudaError(std::string(call) + " failed" + on + " at " + file + ":" + std::to_string(line) + ": " + lib +
+                  " " + what);
 }
 
 inline void check_cuda(cudaError_t rc, const char* call, const char* file, int line) {
   if (rc == cudaSuccess) return;
-  cudaGetLastError();  // clear a non-sticky error so later calls do not report it again
   throw_cuda_error("CUDA", call, file, line,
                    std::string(cudaGetErrorName(rc)) + " (" + cudaGetErrorString(rc) + ")" + cuda_hint(rc));
 }
 
 inline void check_cudnn(cudnnStatus_t rc, const char* call, const char* file, int line) {
   if (rc == CUDNN_STATUS_SUCCESS) return;
-  throw_cuda_error("cuDNN", call, file, line, cudnnGetErrorString(rc));
+  throw_cuda_error("cuDNN", call, file, line, std::string(cudnnGetErrorString(rc)) + cudnn_hint(rc));
 }
 
 inline void check_cublas(cublasStatus_t rc, const char* call, const char* file, int line) {
   if (rc == CUBLAS_STATUS_SUCCESS) return;
   throw_cuda_error("cuBLAS", call, file, line,
-                   std::string(cublasGetStatusName(rc)) + " (" + cublasGetStatusString(rc) + ")");
+                   std::string(cublasGetStatusName(rc)) + " (" + cublasGetStatusString(rc) + ")" + cublas_hint(rc));
 }
 
 // Sets a device for a scope and restores the previous one.
