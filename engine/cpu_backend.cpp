@@ -1,14 +1,54 @@
 #include "engine/cpu_backend.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <exception>
 #include <string>
 #include <utility>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "model/gemm.hpp"
 #include "profiling/nvtx.hpp"
 
 namespace lenet::engine {
+namespace {
 
-CpuBackend::CpuBackend(int replicas, const std::vector<float>& initial_parameters)
+int thread_count(int asked) {
+#ifdef _OPENMP
+  return asked > 0 ? asked : omp_get_max_threads();
+#else
+  (void)asked;
+  return 1;
+#endif
+}
+
+// Calls fn(i, thread) for i in [0, n) on `threads` threads; the first exception is rethrown here (one
+// must not leave an OpenMP region).
+template <typename Fn>
+void parallel_for(int n, [[maybe_unused]] int threads, Fn fn) {
+  std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int i = 0; i < n; ++i) {
+    int thread = 0;
+#ifdef _OPENMP
+    thread = omp_get_thread_num();
+#endif
+    try {
+      fn(i, thread);
+    } catch (...) {
+#pragma omp critical(lenet_cpu_backend_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int replicas, const std::vector<float>& initial_parameters, int threads)
     : replicas_(static_cast<size_t>(replicas)), ring_(replicas, model::kNumParameters) {
   if (initial_parameters.size() != model::kNumParameters) {
     throw std::invalid_argument("CpuBackend: " + std::to_string(initial_parameters.size()) + " parameters, expected " +
@@ -18,25 +58,43 @@ CpuBackend::CpuBackend(int replicas, const std::vector<float>& initial_parameter
     r.params = initial_parameters;
     r.grads.assign(model::kNumParameters, 0.0f);
   }
+  // The chunks are the parallelism; BLAS threads inside them would only contend for the same cores.
+  model::gemm_single_threaded();
+  workers_.resize(static_cast<size_t>(thread_count(threads)));
 }
 
 std::vector<std::string> CpuBackend::devices() const { return std::vector<std::string>(replicas_.size(), "cpu"); }
 
 void CpuBackend::train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) {
   const std::vector<RowRange> split = split_rows(rows, static_cast<int>(replicas_.size()));
+  std::vector<Chunk> chunks;
+  for (size_t r = 0; r < replicas_.size(); ++r) {
+    for (int done = 0; done < split[r].rows; done += kCpuChunkRows) {
+      chunks.push_back({static_cast<int>(r), split[r].first + done, std::min(kCpuChunkRows, split[r].rows - done)});
+    }
+  }
+  if (chunk_grads_.size() < chunks.size()) chunk_grads_.resize(chunks.size(), std::vector<float>(model::kNumParameters));
+  std::vector<model::StepStats> chunk_stats(chunks.size());
   const double loss_before = stats_.loss_sum;
   {
     profiling::Range range("forward_backward");
-    for (size_t r = 0; r < replicas_.size(); ++r) {
-      Replica& rep = replicas_[r];
-      const RowRange part = split[r];
-      rep.x.resize(static_cast<size_t>(part.rows) * model::kInPixels);
-      rep.labels.resize(static_cast<size_t>(part.rows));
-      data.gather(idx + part.first, static_cast<size_t>(part.rows), rep.x.data(), rep.labels.data());
-      const model::StepStats st =
-          rep.net.forward_backward(rep.params.data(), rep.x.data(), rep.labels.data(), part.rows, rep.grads.data());
-      stats_.loss_sum += st.loss_sum;
-      stats_.correct += st.correct;
+    parallel_for(static_cast<int>(chunks.size()), static_cast<int>(workers_.size()), [&](int i, int thread) {
+      const Chunk& c = chunks[size_t(i)];
+      Worker& w = workers_[size_t(thread)];
+      w.x.resize(static_cast<size_t>(c.rows) * model::kInPixels);
+      w.labels.resize(static_cast<size_t>(c.rows));
+      data.gather(idx + c.first, static_cast<size_t>(c.rows), w.x.data(), w.labels.data());
+      chunk_stats[size_t(i)] = w.net.forward_backward(replicas_[size_t(c.replica)].params.data(), w.x.data(),
+                                                      w.labels.data(), c.rows, chunk_grads_[size_t(i)].data());
+    });
+    // Each replica's gradient: its chunks' sum in chunk order (zero for a replica without rows).
+    for (Replica& rep : replicas_) std::fill(rep.grads.begin(), rep.grads.end(), 0.0f);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      float* g = replicas_[size_t(chunks[i].replica)].grads.data();
+      const float* c = chunk_grads_[i].data();
+      for (size_t j = 0; j < model::kNumParameters; ++j) g[j] += c[j];
+      stats_.loss_sum += chunk_stats[i].loss_sum;
+      stats_.correct += chunk_stats[i].correct;
     }
   }
   if (first_nonfinite_ < 0 && std::isfinite(loss_before) && !std::isfinite(stats_.loss_sum)) first_nonfinite_ = steps_;
@@ -61,16 +119,21 @@ model::StepStats CpuBackend::take_train_stats() {
 }
 
 int64_t CpuBackend::count_correct(const io::Split& data, int batch_size) {
-  Replica& rep = replicas_.front();
-  int64_t correct = 0;
-  for (size_t first = 0; first < data.size(); first += static_cast<size_t>(batch_size)) {
-    const size_t rows = std::min(static_cast<size_t>(batch_size), data.size() - first);
-    rep.x.resize(rows * model::kInPixels);
-    rep.labels.resize(rows);
-    data.slice(first, rows, rep.x.data(), rep.labels.data());
-    correct += rep.net.forward(rep.params.data(), rep.x.data(), rep.labels.data(), static_cast<int>(rows)).correct;
-  }
-  return correct;
+  (void)batch_size;  // chunks of kCpuChunkRows instead: the count is the same for any batching
+  const int chunks = static_cast<int>((data.size() + kCpuChunkRows - 1) / kCpuChunkRows);
+  std::vector<int64_t> correct(size_t(chunks), 0);
+  parallel_for(chunks, static_cast<int>(workers_.size()), [&](int i, int thread) {
+    Worker& w = workers_[size_t(thread)];
+    const size_t first = size_t(i) * kCpuChunkRows;
+    const size_t rows = std::min<size_t>(kCpuChunkRows, data.size() - first);
+    w.x.resize(rows * model::kInPixels);
+    w.labels.resize(rows);
+    data.slice(first, rows, w.x.data(), w.labels.data());
+    correct[size_t(i)] = w.net.forward(replicas_.front().params.data(), w.x.data(), w.labels.data(), int(rows)).correct;
+  });
+  int64_t total = 0;
+  for (const int64_t c : correct) total += c;
+  return total;
 }
 
 std::vector<float> CpuBackend::parameters(int replica) const {

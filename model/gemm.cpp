@@ -78,6 +78,11 @@ void gemm<double>(bool ta, bool tb, int m, int n, int k, double alpha, const dou
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,
               b, ldb, beta, c, ldc);
 }
+void gemm_single_threaded() {
+#ifdef OPENBLAS_VERSION
+  openblas_set_num_threads(1);
+#endif
+}
 const char* gemm_backend_name() { return "cblas"; }
 #else
 template <typename T>
@@ -88,6 +93,7 @@ void gemm(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int lda, c
 template void gemm<float>(bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int);
 template void gemm<double>(bool, bool, int, int, int, double, const double*, int, const double*, int, double, double*,
                            int);
+void gemm_single_threaded() {}
 const char* gemm_backend_name() { return "portable"; }
 #endif
 

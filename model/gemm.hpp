@@ -13,6 +13,11 @@ template <typename T>
 void gemm_portable(bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, int lda, const T* b,
                    int ldb, T beta, T* c, int ldc);
 
+// Makes every later BLAS call run on its calling thread alone (OpenBLAS's own threads stay idle), for a
+// caller that runs several GEMMs in parallel itself. The portable GEMM needs nothing: its OpenMP loop
+// inside another parallel region runs on the calling thread.
+void gemm_single_threaded();
+
 // "cblas" or "portable".
 const char* gemm_backend_name();
 

@@ -11,6 +11,7 @@
 #include "engine/cpu_backend.hpp"
 #include "train_steps.hpp"
 #include "io/dataset.hpp"
+#include "model/cpu_lenet.hpp"
 #include "model/lenet.hpp"
 
 namespace {
@@ -24,8 +25,9 @@ const io::FashionMnist& data() {
 
 // Runs the minibatches of epoch 0 (2144 = 8 * 256 + 96: eight full minibatches and a partial one) and
 // returns every replica's parameters.
-std::vector<std::vector<float>> train_replicas(int replicas, int batch, uint64_t seed, size_t max_steps = 9) {
-  engine::CpuBackend b(replicas, model::init_parameters<float>(seed));
+std::vector<std::vector<float>> train_replicas(int replicas, int batch, uint64_t seed, size_t max_steps = 9,
+                                               int threads = 0) {
+  engine::CpuBackend b(replicas, model::init_parameters<float>(seed), threads);
   lenet::testing::train_epoch0(b, data().train, batch, seed, max_steps);
   std::vector<std::vector<float>> out;
   for (int i = 0; i < replicas; ++i) out.push_back(b.parameters(i));
@@ -59,6 +61,42 @@ TEST(Equivalence, ReplicaWithNoRowsContributesNothing) {
   const std::vector<float> one = train_steps(1, 5, seed);
   const std::vector<float> four = train_steps(4, 5, seed);
   EXPECT_LT(lenet::testing::distance(four, one) / lenet::testing::distance(one, start), 1e-4);
+}
+
+// The backend runs chunks of kCpuChunkRows rows in parallel; one CpuLenet pass over the whole
+// minibatch is the same step up to summation order.
+TEST(Equivalence, ChunkedStepEqualsOneWholeMinibatchPass) {
+  const int rows = 3 * engine::kCpuChunkRows + 5;  // a partial chunk too
+  const std::vector<float> start = model::init_parameters<float>(3);
+  std::vector<uint32_t> idx(static_cast<size_t>(rows));
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<uint32_t>(7 * i % data().train.size());
+  const float lr = 0.2f;
+
+  engine::CpuBackend b(1, start);
+  b.train_step(data().train, idx.data(), rows, lr);
+  const model::StepStats chunked = b.take_train_stats();
+
+  std::vector<float> x(static_cast<size_t>(rows) * model::kInPixels), grads(model::kNumParameters);
+  std::vector<int32_t> labels(static_cast<size_t>(rows));
+  data().train.gather(idx.data(), idx.size(), x.data(), labels.data());
+  model::CpuLenet<float> net;
+  const model::StepStats whole = net.forward_backward(start.data(), x.data(), labels.data(), rows, grads.data());
+  std::vector<float> want = start;
+  model::sgd_update(want.data(), grads.data(), model::kNumParameters, lr / float(rows));
+
+  EXPECT_EQ(chunked.correct, whole.correct);
+  EXPECT_NEAR(chunked.loss_sum, whole.loss_sum, 1e-5 * whole.loss_sum);
+  const double moved = lenet::testing::distance(want, start);
+  ASSERT_GT(moved, 1e-4);
+  EXPECT_LT(lenet::testing::distance(b.parameters(0), want) / moved, 1e-5);
+}
+
+// Each chunk has its own gradient buffer and they are added in chunk order: the thread count cannot
+// change a bit.
+TEST(Equivalence, ThreadCountDoesNotChangeTheBits) {
+  const std::vector<float> one = train_replicas(2, 256, 7, 3, 1)[0];
+  EXPECT_EQ(train_replicas(2, 256, 7, 3, 2)[0], one);
+  EXPECT_EQ(train_replicas(2, 256, 7, 3, 5)[0], one);
 }
 
 TEST(Equivalence, SameSeedSameBits) {
