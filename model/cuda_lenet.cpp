@@ -31,23 +31,24 @@ void set4d(cudnnTensorDescriptor_t d, int n, int c, int h, int w) {
   LENET_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
 }
 
-struct Candidate {
-  int algo;
-  cudnnMathType_t math;
-};
-
-// Deterministic algorithms restricted to FMA instructions: full fp32. CUDNN_DEFAULT_MATH permits TF32
-// tensor cores from A100 on (cuDNN's cudnnMathType_t documentation), which would round every input to
-// 10 mantissa bits and break the comparison with the CPU backend.
+// Deterministic algorithms, to run with the convolution descriptor's math type pinned to CUDNN_FMA_MATH:
+// full fp32. CUDNN_DEFAULT_MATH would permit TF32 tensor cores from A100 on (cuDNN's cudnnMathType_t
+// documentation), rounding every input to 10 mantissa bits and breaking the comparison with the CPU
+// backend. Algorithms the query reports with FMA math come first; those it reports with default math
+// follow (some cuDNN versions report plain fp32 kernels that way), still run under FMA; tensor-op
+// ones never. An algorithm FMA cannot run fails its workspace query and is skipped by pick().
 template <typename Perf>
-std::vector<Candidate> fp32_deterministic(const Perf* perf, int count) {
-  std::vector<Candidate> fma;
-  for (int i = 0; i < count; ++i) {
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
-        perf[i].mathType == CUDNN_FMA_MATH)
-      fma.push_back({static_cast<int>(perf[i].algo), perf[i].mathType});
+std::vector<int> fp32_deterministic(const Perf* perf, int count) {
+  std::vector<int> algos;
+  for (const cudnnMathType_t math : {CUDNN_FMA_MATH, CUDNN_DEFAULT_MATH}) {
+    for (int i = 0; i < count; ++i) {
+      const int algo = static_cast<int>(perf[i].algo);
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
+          perf[i].mathType == math && std::find(algos.begin(), algos.end(), algo) == algos.end())
+        algos.push_back(algo);
+    }
   }
-  return fma;
+  return algos;
 }
 
 }  // namespace
@@ -187,16 +188,16 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
   size_t workspace = 0;
 
   // The first candidate whose workspace query succeeds for every row count, within the cap.
-  auto pick = [&](const char* what, cudnnConvolutionDescriptor_t conv, const std::vector<Candidate>& candidates,
+  // The descriptor's math type is CUDNN_FMA_MATH from the algorithm query on (the callers set it).
+  auto pick = [&](const char* what, const std::vector<int>& candidates,
                   const std::function<cudnnStatus_t(int, size_t*)>& query) -> int {
-    for (const Candidate& c : candidates) {
-      LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, c.math));
+    for (const int algo : candidates) {
       size_t need = 0;
       bool ok = true;
       for (int r : rows) {
         set_batch_descriptors(r);
         size_t bytes = 0;
-        if (query(c.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxConvWorkspaceBytes) {
+        if (query(algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxConvWorkspaceBytes) {
           ok = false;
           break;
         }
@@ -204,8 +205,8 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
       }
       if (!ok) continue;
       workspace = std::max(workspace, need);
-      algorithms_ += std::string(algorithms_.empty() ? "" : ", ") + what + " " + std::to_string(c.algo);
-      return c.algo;
+      algorithms_ += std::string(algorithms_.empty() ? "" : ", ") + what + " " + std::to_string(algo);
+      return algo;
     }
     throw CudaError(std::string("cuDNN offers no deterministic fp32 algorithm for ") + what + " on cuda:" +
                     std::to_string(ctx_.device()));
@@ -221,7 +222,7 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
     LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
     LENET_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, conv, y, kMaxAlgos, &returned, perf));
     return static_cast<cudnnConvolutionFwdAlgo_t>(
-        pick(what, conv, fp32_deterministic(perf, returned), [&](int a, size_t* bytes) {
+        pick(what, fp32_deterministic(perf, returned), [&](int a, size_t* bytes) {
           return cudnnGetConvolutionForwardWorkspaceSize(h, x, w, conv, y, static_cast<cudnnConvolutionFwdAlgo_t>(a),
                                                          bytes);
         }));
@@ -233,7 +234,7 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
     LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
     LENET_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, dy, conv, dw, kMaxAlgos, &returned, perf));
     return static_cast<cudnnConvolutionBwdFilterAlgo_t>(
-        pick(what, conv, fp32_deterministic(perf, returned), [&](int a, size_t* bytes) {
+        pick(what, fp32_deterministic(perf, returned), [&](int a, size_t* bytes) {
           return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, dy, conv, dw,
                                                                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(a), bytes);
         }));
@@ -245,7 +246,7 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
     LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
     LENET_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, dy, conv, dx, kMaxAlgos, &returned, perf));
     return static_cast<cudnnConvolutionBwdDataAlgo_t>(
-        pick(what, conv, fp32_deterministic(perf, returned), [&](int a, size_t* bytes) {
+        pick(what, fp32_deterministic(perf, returned), [&](int a, size_t* bytes) {
           return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, dy, conv, dx,
                                                               static_cast<cudnnConvolutionBwdDataAlgo_t>(a), bytes);
         }));
