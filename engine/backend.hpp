@@ -36,7 +36,8 @@ class Backend {
   virtual int64_t first_nonfinite_step() const { return -1; }
   // Returns when all enqueued work has finished (the end of an epoch's timed training pass).
   virtual void synchronize() {}
-  // Correct predictions over the whole split, in minibatches of batch_size.
+  // Correct predictions over the whole split. batch_size is the training minibatch; a backend may
+  // evaluate in other batches, since the count does not depend on them.
   virtual int64_t count_correct(const io::Split& data, int batch_size) = 0;
   // Replica r's parameters, in the flat layout of model/lenet.hpp.
   virtual std::vector<float> parameters(int replica) const = 0;
