@@ -118,8 +118,8 @@ model::StepStats CpuBackend::take_train_stats() {
   return std::exchange(stats_, model::StepStats{});
 }
 
-int64_t CpuBackend::count_correct(const io::Split& data, int batch_size) {
-  (void)batch_size;  // chunks of kCpuChunkRows instead: the count is the same for any batching
+// In chunks of kCpuChunkRows rather than minibatches: the count is the same for any batching.
+int64_t CpuBackend::count_correct(const io::Split& data, int /*batch_size*/) {
   const int chunks = static_cast<int>((data.size() + kCpuChunkRows - 1) / kCpuChunkRows);
   std::vector<int64_t> correct(size_t(chunks), 0);
   parallel_for(chunks, static_cast<int>(workers_.size()), [&](int i, int thread) {

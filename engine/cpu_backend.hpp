@@ -45,7 +45,6 @@ class CpuBackend final : public Backend {
   };
   std::vector<Replica> replicas_;
   std::vector<Worker> workers_;                  // one per thread
-
   std::vector<std::vector<float>> chunk_grads_;  // grown to the most chunks a step has had
   RingSchedule ring_;
   model::StepStats stats_;
