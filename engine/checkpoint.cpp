@@ -275,11 +275,23 @@ std::vector<uint8_t> encode(const std::vector<float>& parameters, const Training
 
 std::string os_error(int err) { return std::strerror(err); }
 
+// The path of the temporary file of a save in progress, for remove_checkpoint_in_progress(): a fixed
+// buffer (a signal handler must not read memory that may be freed under it) and a lock-free flag.
+char g_in_progress_path[4096];
+std::atomic<bool> g_in_progress{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
 // The temporary file while it exists: closed and removed unless committed.
 class TemporaryFile {
  public:
-  TemporaryFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  TemporaryFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {
+    if (path_.size() < sizeof g_in_progress_path) {  // a longer path is simply not cleaned up by a signal
+      std::memcpy(g_in_progress_path, path_.c_str(), path_.size() + 1);
+      g_in_progress.store(true);
+    }
+  }
   ~TemporaryFile() {
+    g_in_progress.store(false);
     if (fd_ >= 0) ::close(fd_);
     if (!committed_) ::unlink(path_.c_str());
   }
@@ -293,7 +305,10 @@ class TemporaryFile {
     fd_ = -1;  // closed even when close reports an error (POSIX leaves it unspecified; Linux closes)
     return rc;
   }
-  void commit() { committed_ = true; }
+  void commit() {
+    g_in_progress.store(false);
+    committed_ = true;
+  }
 
  private:
   std::string path_;
@@ -302,6 +317,10 @@ class TemporaryFile {
 };
 
 }  // namespace
+
+void remove_checkpoint_in_progress() noexcept {
+  if (g_in_progress.load()) ::unlink(g_in_progress_path);
+}
 
 void save_checkpoint(const std::string& path, const std::vector<float>& parameters, const TrainingState& state) {
   save_checkpoint(path, parameters, state, [](int fd, const void* data, size_t size) { return ::write(fd, data, size); });

@@ -69,6 +69,10 @@ void save_checkpoint(const std::string& path, const std::vector<float>& paramete
 void save_checkpoint(const std::string& path, const std::vector<float>& parameters, const TrainingState& state,
                      const CheckpointWriteFunction& write);
 
+// For a signal handler about to end the process: removes the temporary file of a save in progress, if
+// any (the checkpoint at `path` stays as it was). Async-signal-safe: a lock-free atomic load and unlink(2).
+void remove_checkpoint_in_progress() noexcept;
+
 // Reads and validates a whole checkpoint. Throws CheckpointError naming `path` and the problem.
 Checkpoint load_checkpoint(const std::string& path);
 

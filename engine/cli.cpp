@@ -154,7 +154,10 @@ namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 extern "C" void on_stop_signal(int signal) {
-  if (g_stop_signal != 0) _exit(128 + signal);
+  if (g_stop_signal != 0) {  // the second signal: at once, leaving no half-written temporary checkpoint
+    remove_checkpoint_in_progress();
+    _exit(128 + signal);
+  }
   g_stop_signal = signal;
 }
 

@@ -347,6 +347,31 @@ TEST_F(CheckpointFiles, FailedWriteLeavesPreviousCheckpointIntactAndNoTemporaryF
   }
 }
 
+// What the CLI's handler of a second signal does before _exit: the temporary file of the save in
+// progress goes, the previous checkpoint stays. Here the "signal" comes in the middle of the write.
+TEST_F(CheckpointFiles, SignalCleanupMidSaveRemovesTheTemporaryFileOnly) {
+  lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
+  const Bytes before = read_back(path_);
+  std::vector<std::string> during, after_cleanup;
+  const lenet::engine::CheckpointWriteFunction interrupted = [&](int fd, const void* data, size_t size) -> ssize_t {
+    if (during.empty()) {
+      during = folder_entries();
+      lenet::engine::remove_checkpoint_in_progress();
+      after_cleanup = folder_entries();
+    }
+    return ::write(fd, data, size);
+  };
+  // The save goes on writing to the unlinked file and then fails to rename it: an error, no damage.
+  EXPECT_THROW(lenet::engine::save_checkpoint(path_, lenet::model::init_parameters<float>(5), sample_state(), interrupted),
+               CheckpointError);
+  EXPECT_EQ(during.size(), 2u) << "the temporary file exists during the write";
+  EXPECT_EQ(after_cleanup, std::vector<std::string>{"model.safetensors"});
+  EXPECT_EQ(read_back(path_), before);
+  // Outside a save there is nothing to remove.
+  lenet::engine::remove_checkpoint_in_progress();
+  EXPECT_EQ(read_back(path_), before);
+}
+
 TEST_F(CheckpointFiles, ShortWritesAndInterruptionsAreRetried) {
   int calls = 0;
   const lenet::engine::CheckpointWriteFunction trickle = [&](int fd, const void* data, size_t size) -> ssize_t {
