@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -23,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "byte_files.hpp"
 #include "engine/checkpoint.hpp"
 #include "model/lenet.hpp"
 
@@ -32,7 +32,7 @@ using lenet::engine::CheckpointError;
 using lenet::engine::TrainingState;
 using lenet::model::kNumParameters;
 using lenet::model::tensor_specs;
-using Bytes = std::vector<uint8_t>;
+using lenet::testing::Bytes;
 using json = nlohmann::ordered_json;
 
 namespace {
@@ -141,24 +141,16 @@ class CheckpointFiles : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  static Bytes read_back(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    EXPECT_TRUE(in.good()) << path;
-    return Bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  }
-
   std::string write_raw(const std::string& name, const Bytes& bytes) {
     const std::string path = (dir_ / name).string();
-    std::ofstream out(path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    EXPECT_TRUE(out.good()) << path;
+    lenet::testing::write_bytes(path, bytes);
     return path;
   }
 
   // A valid checkpoint as save_checkpoint writes it.
   Bytes valid_bytes() {
     lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
-    return read_back(path_);
+    return lenet::testing::read_bytes(path_);
   }
 
   // The valid checkpoint with its header changed by `edit` (and the data section by `edit_data`).
@@ -217,7 +209,7 @@ TEST_F(CheckpointFiles, LrRoundTripsExactlyForAwkwardValues) {
 TEST_F(CheckpointFiles, IndependentReaderFindsSafetensorsLayout) {
   const std::vector<float> params = sample_parameters();
   lenet::engine::save_checkpoint(path_, params, sample_state());
-  const Bytes file = read_back(path_);
+  const Bytes file = lenet::testing::read_bytes(path_);
   ASSERT_GE(file.size(), 8u);
   const Parts p = split(file);
   ASSERT_EQ(file.size(), 8 + p.header_length + 4 * kNumParameters) << "length, header and float32 data, nothing else";
@@ -277,7 +269,7 @@ TEST_F(CheckpointFiles, DataSectionStartsEightByteAlignedAfterSpacePadding) {
     TrainingState s = sample_state();
     s.seed = seed;
     lenet::engine::save_checkpoint(path_, sample_parameters(), s);
-    const Parts p = split(read_back(path_));
+    const Parts p = split(lenet::testing::read_bytes(path_));
     EXPECT_EQ((8 + p.header_length) % 8, 0u) << "header length " << p.header_length << ", seed " << seed;
     const size_t json_end = p.header_text.find_last_of('}');
     ASSERT_NE(json_end, std::string::npos);
@@ -318,7 +310,7 @@ TEST_F(CheckpointFiles, OverwritingAnExistingCheckpointReplacesIt) {
 
 TEST_F(CheckpointFiles, FailedWriteLeavesPreviousCheckpointIntactAndNoTemporaryFile) {
   lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
-  const Bytes before = read_back(path_);
+  const Bytes before = lenet::testing::read_bytes(path_);
   const uint64_t header_end = 8 + split(before).header_length;
   // A disk that fills after `room` bytes: writes succeed up to it, then fail with ENOSPC.
   for (const size_t room : {size_t{0}, size_t{1}, size_t{8}, size_t(header_end), before.size() / 2, before.size() - 1}) {
@@ -342,7 +334,7 @@ TEST_F(CheckpointFiles, FailedWriteLeavesPreviousCheckpointIntactAndNoTemporaryF
       EXPECT_CONTAINS(e.what(), path_);
       EXPECT_CONTAINS(e.what(), std::strerror(ENOSPC));
     }
-    EXPECT_EQ(read_back(path_), before) << "the previous checkpoint must be unchanged, byte for byte";
+    EXPECT_EQ(lenet::testing::read_bytes(path_), before) << "the previous checkpoint must be unchanged, byte for byte";
     EXPECT_EQ(folder_entries(), std::vector<std::string>{"model.safetensors"}) << "temporary file left behind";
   }
 }
@@ -351,7 +343,7 @@ TEST_F(CheckpointFiles, FailedWriteLeavesPreviousCheckpointIntactAndNoTemporaryF
 // progress goes, the previous checkpoint stays. Here the "signal" comes in the middle of the write.
 TEST_F(CheckpointFiles, SignalCleanupMidSaveRemovesTheTemporaryFileOnly) {
   lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
-  const Bytes before = read_back(path_);
+  const Bytes before = lenet::testing::read_bytes(path_);
   std::vector<std::string> during, after_cleanup;
   const lenet::engine::CheckpointWriteFunction interrupted = [&](int fd, const void* data, size_t size) -> ssize_t {
     if (during.empty()) {
@@ -366,10 +358,10 @@ TEST_F(CheckpointFiles, SignalCleanupMidSaveRemovesTheTemporaryFileOnly) {
                CheckpointError);
   EXPECT_EQ(during.size(), 2u) << "the temporary file exists during the write";
   EXPECT_EQ(after_cleanup, std::vector<std::string>{"model.safetensors"});
-  EXPECT_EQ(read_back(path_), before);
+  EXPECT_EQ(lenet::testing::read_bytes(path_), before);
   // Outside a save there is nothing to remove.
   lenet::engine::remove_checkpoint_in_progress();
-  EXPECT_EQ(read_back(path_), before);
+  EXPECT_EQ(lenet::testing::read_bytes(path_), before);
 }
 
 TEST_F(CheckpointFiles, ShortWritesAndInterruptionsAreRetried) {

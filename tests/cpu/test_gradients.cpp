@@ -12,6 +12,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "model/cpu_layers.hpp"
@@ -49,6 +50,17 @@ double rel_error(const Vec& got, const Vec& ref) {
   return std::sqrt(num) / std::sqrt(den);
 }
 
+// loss() with x moved by +kStep and by -kStep; x is restored.
+std::pair<double, double> loss_up_down(double& x, const std::function<double()>& loss) {
+  const double keep = x;
+  x = keep + kStep;
+  const double up = loss();
+  x = keep - kStep;
+  const double down = loss();
+  x = keep;
+  return {up, down};
+}
+
 // Central differences of loss() with respect to v[i] for each i in `which` (all when empty).
 Vec numeric_grad(Vec& v, const std::function<double()>& loss, const std::vector<size_t>& which = {}) {
   std::vector<size_t> idx = which;
@@ -56,12 +68,7 @@ Vec numeric_grad(Vec& v, const std::function<double()>& loss, const std::vector<
     for (size_t i = 0; i < v.size(); ++i) idx.push_back(i);
   Vec g;
   for (size_t i : idx) {
-    const double keep = v[i];
-    v[i] = keep + kStep;
-    const double up = loss();
-    v[i] = keep - kStep;
-    const double down = loss();
-    v[i] = keep;
+    const auto [up, down] = loss_up_down(v[i], loss);
     g.push_back((up - down) / (2 * kStep));
   }
   return g;
@@ -194,12 +201,7 @@ TEST(Gradients, WholeNetworkSampledPerTensor) {
   for (const TensorSpec& t : tensor_specs()) {
     for (int i = 0; i < 40; ++i, ++samples) {
       const size_t k = t.offset + pick(gen) % t.size;
-      const double keep = params[k];
-      params[k] = keep + kStep;
-      const double up = loss();
-      params[k] = keep - kStep;
-      const double down = loss();
-      params[k] = keep;
+      const auto [up, down] = loss_up_down(params[k], loss);
       const double forward_slope = (up - l0) / kStep, backward_slope = (l0 - down) / kStep;
       if (std::fabs(forward_slope - backward_slope) > 1e-6 * (1 + std::fabs(forward_slope))) {
         ++kinks;

@@ -13,18 +13,18 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "byte_files.hpp"
 #include "io/dataset.hpp"
 #include "io/idx.hpp"
 
 namespace fs = std::filesystem;
 using lenet::io::DataError;
-using Bytes = std::vector<uint8_t>;
+using lenet::testing::Bytes;
 
 namespace {
 
@@ -79,9 +79,7 @@ class IdxFiles : public ::testing::Test {
 
   std::string write_raw(const std::string& name, const Bytes& bytes) {
     const std::string path = (dir_ / name).string();
-    std::ofstream out(path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    EXPECT_TRUE(out.good()) << path;
+    lenet::testing::write_bytes(path, bytes);
     return path;
   }
 
@@ -96,11 +94,6 @@ class IdxFiles : public ::testing::Test {
     ADD_FAILURE() << "gzip is supported by the reader but <zlib.h> is missing for the test";
 #endif
     return path;
-  }
-
-  static Bytes read_back(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return Bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   }
 
   fs::path dir_;
@@ -226,7 +219,7 @@ TEST_F(IdxFiles, GzNameWithoutGzipContentIsRejected) {
 
 TEST_F(IdxFiles, TruncatedGzipIsRejected) {
   if (!lenet::io::gzip_supported()) GTEST_SKIP() << "built without zlib";
-  Bytes gz = read_back(write_gz("full.gz", idx_images(5)));
+  Bytes gz = lenet::testing::read_bytes(write_gz("full.gz", idx_images(5)));
   gz.resize(gz.size() / 2);
   const std::string path = write_raw("img.gz", gz);
   const std::string msg = data_error_of([&] { lenet::io::read_idx_images(path); });
@@ -236,7 +229,7 @@ TEST_F(IdxFiles, TruncatedGzipIsRejected) {
 
 TEST_F(IdxFiles, CorruptGzipIsRejected) {
   if (!lenet::io::gzip_supported()) GTEST_SKIP() << "built without zlib";
-  Bytes gz = read_back(write_gz("full.gz", idx_images(5)));
+  Bytes gz = lenet::testing::read_bytes(write_gz("full.gz", idx_images(5)));
   ASSERT_GT(gz.size(), 64u);
   // Inverting a run of deflate bytes (past the 10-byte gzip header) breaks the Huffman codes or the CRC.
   for (size_t i = gz.size() / 2; i < gz.size() / 2 + 8; ++i) gz[i] ^= 0xff;
@@ -248,7 +241,7 @@ TEST_F(IdxFiles, CorruptGzipIsRejected) {
 
 TEST_F(IdxFiles, JunkAfterGzipStreamIsRejected) {
   if (!lenet::io::gzip_supported()) GTEST_SKIP() << "built without zlib";
-  Bytes gz = read_back(write_gz("full.gz", idx_labels({1, 2})));
+  Bytes gz = lenet::testing::read_bytes(write_gz("full.gz", idx_labels({1, 2})));
   gz.push_back(0);
   const std::string path = write_raw("lab.gz", gz);
   const std::string msg = data_error_of([&] { lenet::io::read_idx_labels(path); });
