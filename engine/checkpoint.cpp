@@ -70,6 +70,10 @@ std::string state_problem(const TrainingState& s) {
   if (!std::isfinite(s.lr) || s.lr <= 0) return "lr is " + format_double(s.lr) + ", must be finite and > 0";
   if (s.batch_size < 1) return "batch_size is " + std::to_string(s.batch_size) + ", must be at least 1";
   if (s.replicas < 1) return "replicas is " + std::to_string(s.replicas) + ", must be at least 1";
+  if (!std::isfinite(s.epoch_so_far.loss_sum) || s.epoch_so_far.loss_sum < 0)
+    return "epoch_loss_sum is " + format_double(s.epoch_so_far.loss_sum) + ", must be finite and >= 0";
+  if (!std::isfinite(s.epoch_so_far.seconds) || s.epoch_so_far.seconds < 0)
+    return "epoch_seconds is " + format_double(s.epoch_so_far.seconds) + ", must be finite and >= 0";
   return "";
 }
 
@@ -208,13 +212,12 @@ class HeaderReader {
     s.epochs = int_field(meta, "epochs");
     s.seed = u64_field(meta, "seed");
     s.step = u64_field(meta, "step");
-    const std::string lr = field(meta, "lr");
-    const auto r = std::from_chars(lr.data(), lr.data() + lr.size(), s.lr);
-    if (lr.empty() || r.ec != std::errc() || r.ptr != lr.data() + lr.size()) {
-      fail("__metadata__ \"lr\" is " + quoted(lr) + ", not a number");
-    }
+    s.lr = double_field(meta, "lr");
     s.batch_size = int_field(meta, "batch_size");
     s.replicas = int_field(meta, "replicas");
+    s.epoch_so_far.loss_sum = double_field(meta, "epoch_loss_sum");
+    s.epoch_so_far.correct = u64_field(meta, "epoch_correct");
+    s.epoch_so_far.seconds = double_field(meta, "epoch_seconds");
     const std::string problem = state_problem(s);
     if (!problem.empty()) fail("__metadata__ " + problem);
     return s;
@@ -229,6 +232,14 @@ class HeaderReader {
     const std::string text = field(meta, key);
     uint64_t v = 0;
     if (!parse_u64(text, v)) fail("__metadata__ " + quoted(key) + " is " + quoted(text) + ", not a non-negative integer");
+    return v;
+  }
+  double double_field(const nlohmann::json& meta, const char* key) const {
+    const std::string text = field(meta, key);
+    double v = 0;
+    const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text.empty() || r.ec != std::errc() || r.ptr != text.data() + text.size())
+      fail("__metadata__ " + quoted(key) + " is " + quoted(text) + ", not a number");
     return v;
   }
   int int_field(const nlohmann::json& meta, const char* key) const {
@@ -254,6 +265,9 @@ std::vector<uint8_t> encode(const std::vector<float>& parameters, const Training
   meta["lr"] = format_double(state.lr);
   meta["batch_size"] = std::to_string(state.batch_size);
   meta["replicas"] = std::to_string(state.replicas);
+  meta["epoch_loss_sum"] = format_double(state.epoch_so_far.loss_sum);
+  meta["epoch_correct"] = std::to_string(state.epoch_so_far.correct);
+  meta["epoch_seconds"] = format_double(state.epoch_so_far.seconds);
   for (const auto& t : tensor_specs()) {
     auto& entry = header[t.name];
     entry["dtype"] = "F32";

@@ -35,13 +35,21 @@ class CheckpointError : public std::runtime_error {
 // The value of __metadata__["format"]; a reader of another layout must change the version. A "format"
 // starting with the name but with another version is rejected (a newer lenet-dp wrote it).
 constexpr const char* kCheckpointFormatName = "lenet-dp checkpoint";
-constexpr const char* kCheckpointFormat = "lenet-dp checkpoint 1";
+constexpr const char* kCheckpointFormat = "lenet-dp checkpoint 2";
 // Our header is under 1 KiB. The cap keeps a corrupt length from making the loader allocate or parse
 // gigabytes (safetensors itself allows 100 MB).
 constexpr size_t kMaxCheckpointHeaderBytes = size_t{1} << 20;
 
-// What a resumed run needs besides the parameters. Written as decimal strings; lr in the shortest form
-// that reads back to the same double.
+// The training pass of the epoch in progress, up to a stop in its middle: what the resumed epoch adds
+// its own steps to, so that its metrics cover the whole epoch.
+struct EpochSoFar {
+  double loss_sum = 0;   // summed training loss of the rows trained, finite, >= 0
+  uint64_t correct = 0;  // their correct predictions
+  double seconds = 0;    // training time, finite, >= 0
+};
+
+// What a resumed run needs besides the parameters. Written as decimal strings; doubles in the shortest
+// form that reads back to the same value.
 struct TrainingState {
   int epoch = 0;        // completed epochs, 0..epochs
   int epochs = 0;       // total asked, >= 1
@@ -50,6 +58,7 @@ struct TrainingState {
   double lr = 0;        // finite, > 0
   int batch_size = 0;   // global minibatch, >= 1
   int replicas = 0;     // >= 1
+  EpochSoFar epoch_so_far;  // of epoch `epoch` + 1 when `step` is in its middle; zero at an epoch's end
 };
 
 struct Checkpoint {

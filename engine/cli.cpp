@@ -185,6 +185,7 @@ void apply_resume_state(CliOptions& o, const TrainingState& st) {
   o.replicas = st.replicas;
   if (!o.epochs_given) o.train.epochs = st.epochs;
   o.train.start_step = st.step;
+  o.train.start_so_far = st.epoch_so_far;
 }
 
 }  // namespace
@@ -256,9 +257,10 @@ int run_cli(int argc, const char* const* argv) {
     bool saved = false;
     if (!o.save_path.empty()) {
       const int replicas = static_cast<int>(backend->devices().size());
-      o.train.checkpoint = [&, replicas](int completed_epochs, uint64_t steps) {
+      o.train.checkpoint = [&, replicas](int completed_epochs, uint64_t steps, const EpochSoFar& so_far) {
         save_checkpoint(o.save_path, backend->parameters(0),
-                        {completed_epochs, o.train.epochs, o.train.seed, steps, o.train.lr, o.train.batch_size, replicas});
+                        {completed_epochs, o.train.epochs, o.train.seed, steps, o.train.lr, o.train.batch_size, replicas,
+                         so_far});
         saved = true;
       };
     }

@@ -129,7 +129,20 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
     const std::vector<uint32_t> order = sampler.epoch_order(static_cast<uint64_t>(e));
     backend.take_train_stats();  // start the epoch's counts at zero
     const uint64_t first_step = step;
+    // Only a resumed run's first epoch can start mid-way; the steps before the stop are full minibatches.
+    const EpochSoFar before = step % batches == 0 ? EpochSoFar{} : options.start_so_far;
+    const size_t rows_before = sampler.batch(static_cast<size_t>(step % batches)).first;
     size_t examples = 0;
+    // A step that diverged leaves a non-finite loss sum or non-finite parameters behind; never let them
+    // replace the last good checkpoint. Steps are numbered from 1 over the whole run.
+    auto check_finite = [&](const model::StepStats& st, int64_t bad_step) {
+      if (std::isfinite(st.loss_sum) && all_finite(backend.parameters(0))) return;
+      const std::string where =
+          bad_step >= 0 ? "at step " + std::to_string(first_step + uint64_t(bad_step) + 1)
+                        : "between steps " + std::to_string(first_step + 1) + " and " + std::to_string(step);
+      throw TrainingDiverged("non-finite " + std::string(std::isfinite(st.loss_sum) ? "parameters" : "training loss") +
+                             " in epoch " + std::to_string(e + 1) + ", " + where + "; try a smaller --lr");
+    };
     const Clock::time_point t0 = Clock::now();
     for (size_t b = static_cast<size_t>(step % batches); b < batches; ++b) {
       profiling::Range step_range("step");
@@ -141,32 +154,25 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
       // A stop after an epoch's last step waits for the epoch's evaluation, metrics and checkpoint below.
       if (b + 1 < batches && stop_signal() != 0) {
         backend.synchronize();
-        if (!all_finite(backend.parameters(0))) {  // never replace the last good checkpoint with this
-          throw TrainingDiverged("non-finite parameters in epoch " + std::to_string(e + 1) + " before step " +
-                                 std::to_string(step + 1) + "; try a smaller --lr");
-        }
-        if (options.checkpoint) options.checkpoint(e, step);
+        const double seconds = seconds_since(t0);
+        const int64_t bad_step = backend.first_nonfinite_step();
+        const model::StepStats st = backend.take_train_stats();
+        check_finite(st, bad_step);
+        if (options.checkpoint)
+          options.checkpoint(e, step, {before.loss_sum + st.loss_sum, before.correct + st.correct, before.seconds + seconds});
         throw TrainingStopped(stop_signal(), e + 1, step);
       }
     }
     EpochMetrics m;
     m.epoch = e + 1;
     backend.synchronize();
-    m.epoch_seconds = seconds_since(t0);
+    m.epoch_seconds = before.seconds + seconds_since(t0);
     const int64_t bad_step = backend.first_nonfinite_step();
     const model::StepStats st = backend.take_train_stats();
-    // Checked once per epoch (the GPU modes keep the loss on the device): a step that diverged leaves a
-    // non-finite loss sum or non-finite parameters behind. Steps are numbered from 1 over the whole run.
-    if (!std::isfinite(st.loss_sum) || !all_finite(backend.parameters(0))) {
-      const std::string where =
-          bad_step >= 0 ? "at step " + std::to_string(first_step + uint64_t(bad_step) + 1)
-                        : "between steps " + std::to_string(first_step + 1) + " and " + std::to_string(step);
-      throw TrainingDiverged("non-finite " + std::string(std::isfinite(st.loss_sum) ? "parameters" : "training loss") +
-                             " in epoch " + std::to_string(e + 1) + ", " + where + "; try a smaller --lr");
-    }
-    const double n = static_cast<double>(examples);
-    m.train_loss = st.loss_sum / n;
-    m.train_acc = static_cast<double>(st.correct) / n;
+    check_finite(st, bad_step);  // once per epoch: the GPU modes keep the loss on the device
+    const double n = static_cast<double>(rows_before + examples);
+    m.train_loss = (before.loss_sum + st.loss_sum) / n;
+    m.train_acc = static_cast<double>(before.correct + st.correct) / n;
     m.examples_per_second = n / m.epoch_seconds;
     {
       profiling::Range eval_range("eval");
@@ -175,25 +181,17 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
     }
     bar.epoch_done(m);
     // The checkpoint first: a metrics record never claims an epoch that a resumed run would train again.
-    if (options.checkpoint) options.checkpoint(e + 1, step);
+    if (options.checkpoint) options.checkpoint(e + 1, step, EpochSoFar{});
     if (metrics.is_open()) {
       metrics << epoch_record(m, backend, options).dump() << '\n' << std::flush;
       if (!metrics) throw io::DataError(options.metrics_path + ": write failed");
     }
-    m.partial = first_step % batches != 0;
     result.epochs.push_back(m);
     if (e + 1 < options.epochs && stop_signal() != 0) throw TrainingStopped(stop_signal(), e + 1, step);
   }
-  // A resumed run's first epoch may have started mid-way: its seconds are not an epoch's, unless no
-  // other epoch ran.
   double total = 0;
-  int counted = 0;
-  for (const EpochMetrics& m : result.epochs) {
-    if (m.partial && result.epochs.size() > 1) continue;
-    total += m.epoch_seconds;
-    ++counted;
-  }
-  result.mean_epoch_seconds = counted == 0 ? 0.0 : total / counted;
+  for (const EpochMetrics& m : result.epochs) total += m.epoch_seconds;
+  if (!result.epochs.empty()) result.mean_epoch_seconds = total / static_cast<double>(result.epochs.size());
   return result;
 }
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/backend.hpp"
+#include "engine/checkpoint.hpp"
 #include "io/dataset.hpp"
 
 namespace lenet::engine {
@@ -26,11 +27,15 @@ struct TrainOptions {
   // minibatches per epoch). The shuffle of epoch e depends only on (seed, e), so the steps after it
   // are exactly those of an uninterrupted run.
   uint64_t start_step = 0;
+  // When start_step is in the middle of an epoch: that epoch's training before the stop (from the
+  // checkpoint), so its metrics cover the whole epoch.
+  EpochSoFar start_so_far;
   // Polled after every step; a non-zero answer (a signal number) stops the run after that step (after
   // an epoch's last step, once the epoch is evaluated, recorded and checkpointed).
   std::function<int()> stop_requested;
-  // Called with the state to save after every completed epoch and when the run is stopped.
-  std::function<void(int completed_epochs, uint64_t steps_done)> checkpoint;
+  // Called with the state to save after every completed epoch (so_far zero) and when the run is
+  // stopped in the middle of one.
+  std::function<void(int completed_epochs, uint64_t steps_done, const EpochSoFar& so_far)> checkpoint;
 };
 
 // The run was stopped by options.stop_requested after a step (and checkpointed, when asked).
@@ -56,9 +61,6 @@ struct EpochMetrics {
   double test_acc = 0;
   double epoch_seconds = 0;  // training pass only
   double examples_per_second = 0;
-  // A resumed run's first epoch when it started mid-way: its loss, accuracy and seconds cover only the
-  // steps after the resume point, and it is left out of mean_epoch_seconds when other epochs ran.
-  bool partial = false;
 };
 
 struct TrainResult {

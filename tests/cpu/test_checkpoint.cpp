@@ -78,6 +78,7 @@ TrainingState sample_state() {
   s.lr = 0.1 + 0.2;                    // 0.30000000000000004: needs 17 significant digits
   s.batch_size = 256;
   s.replicas = 3;
+  s.epoch_so_far = {1000.0 / 3.0, (uint64_t{1} << 53) + 3, 0.1 + 0.7};  // shortest round trips need 17 digits
   return s;
 }
 
@@ -93,12 +94,17 @@ void expect_same_state(const std::optional<TrainingState>& loaded, const Trainin
   EXPECT_EQ(a.epochs, b.epochs);
   EXPECT_EQ(a.seed, b.seed);
   EXPECT_EQ(a.step, b.step);
-  uint64_t la, lb;
-  std::memcpy(&la, &a.lr, sizeof la);
-  std::memcpy(&lb, &b.lr, sizeof lb);
-  EXPECT_EQ(la, lb) << "lr " << a.lr << " vs " << b.lr;
+  const auto bits = [](double d) {
+    uint64_t u;
+    std::memcpy(&u, &d, sizeof u);
+    return u;
+  };
+  EXPECT_EQ(bits(a.lr), bits(b.lr)) << "lr " << a.lr << " vs " << b.lr;
   EXPECT_EQ(a.batch_size, b.batch_size);
   EXPECT_EQ(a.replicas, b.replicas);
+  EXPECT_EQ(bits(a.epoch_so_far.loss_sum), bits(b.epoch_so_far.loss_sum));
+  EXPECT_EQ(a.epoch_so_far.correct, b.epoch_so_far.correct);
+  EXPECT_EQ(bits(a.epoch_so_far.seconds), bits(b.epoch_so_far.seconds));
 }
 
 uint64_t le64(const Bytes& b, size_t at) {
@@ -220,7 +226,7 @@ TEST_F(CheckpointFiles, IndependentReaderFindsSafetensorsLayout) {
 
   const nlohmann::json& meta = header.at("__metadata__");
   for (const auto& [key, value] : meta.items()) EXPECT_TRUE(value.is_string()) << key << " = " << value;
-  EXPECT_EQ(meta.at("format"), "lenet-dp checkpoint 1");
+  EXPECT_EQ(meta.at("format"), "lenet-dp checkpoint 2");
   EXPECT_EQ(meta.at("epoch"), "3");
   EXPECT_EQ(meta.at("epochs"), "10");
   EXPECT_EQ(meta.at("seed"), "18364758544493064720");
@@ -228,6 +234,9 @@ TEST_F(CheckpointFiles, IndependentReaderFindsSafetensorsLayout) {
   EXPECT_EQ(std::stod(meta.at("lr").get<std::string>()), 0.1 + 0.2);
   EXPECT_EQ(meta.at("batch_size"), "256");
   EXPECT_EQ(meta.at("replicas"), "3");
+  EXPECT_EQ(std::stod(meta.at("epoch_loss_sum").get<std::string>()), 1000.0 / 3.0);
+  EXPECT_EQ(meta.at("epoch_correct"), "9007199254740995");
+  EXPECT_EQ(std::stod(meta.at("epoch_seconds").get<std::string>()), 0.1 + 0.7);
 
   // PyTorch's names and shapes, fully connected weights [out, in], in flat-buffer order, contiguous.
   const std::vector<std::pair<std::string, std::vector<int>>> torch_shapes = {
@@ -423,6 +432,9 @@ TEST_F(CheckpointFiles, SaveRejectsWrongParameterCountAndUnresumableStateWriting
       {"lr", [](TrainingState& s) { s.lr = -0.1; }},
       {"batch_size", [](TrainingState& s) { s.batch_size = 0; }},
       {"replicas", [](TrainingState& s) { s.replicas = 0; }},
+      {"epoch_loss_sum", [](TrainingState& s) { s.epoch_so_far.loss_sum = std::nan(""); }},
+      {"epoch_loss_sum", [](TrainingState& s) { s.epoch_so_far.loss_sum = -1; }},
+      {"epoch_seconds", [](TrainingState& s) { s.epoch_so_far.seconds = HUGE_VAL; }},
   };
   for (const auto& [field, spoil] : bad) {
     TrainingState s = sample_state();
@@ -604,7 +616,8 @@ TEST_F(CheckpointFiles, RepeatedKeyIsRejected) {
 
 TEST_F(CheckpointFiles, MissingStateFieldIsRejected) {
   EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"] = "epoch 3"; })), "not an object");
-  for (const char* field : {"epoch", "epochs", "seed", "step", "lr", "batch_size", "replicas"}) {
+  for (const char* field : {"epoch", "epochs", "seed", "step", "lr", "batch_size", "replicas", "epoch_loss_sum",
+                            "epoch_correct", "epoch_seconds"}) {
     const std::string m = rejection(edited([&](json& h) { h["__metadata__"].erase(field); }));
     EXPECT_CONTAINS(m, std::string("__metadata__ has no \"") + field + "\"");
   }
@@ -633,25 +646,27 @@ TEST_F(CheckpointFiles, UnparsableMetadataIsRejected) {
   const std::vector<std::pair<std::string, std::string>> numbers = {
       {"epoch", "3x"}, {"epoch", "-1"}, {"epoch", ""}, {"epoch", " 3"}, {"epochs", "1e1"}, {"epochs", "+10"},
       {"seed", "18446744073709551616"},  // 2^64
-      {"step", "0x10"}, {"batch_size", "256.0"}, {"replicas", "three"}};
+      {"step", "0x10"}, {"batch_size", "256.0"}, {"replicas", "three"}, {"epoch_correct", "-5"}};
   for (const auto& c : numbers) {
     const std::string &field = c.first, &value = c.second;
     const std::string m = rejection(edited([&](json& h) { h["__metadata__"][field] = value; }));
     EXPECT_CONTAINS(m, "__metadata__ \"" + field + "\" is \"" + value + "\", not a non-negative integer");
   }
   EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"]["epochs"] = "2147483648"; })), "too large");
-  for (const std::string lr : {"abc", "0.2x", "", " 0.2"}) {
-    const std::string m = rejection(edited([&](json& h) { h["__metadata__"]["lr"] = lr; }));
-    EXPECT_CONTAINS(m, "__metadata__ \"lr\" is \"" + lr + "\", not a number");
+  for (const char* field : {"lr", "epoch_loss_sum", "epoch_seconds"}) {
+    for (const std::string value : {"abc", "0.2x", "", " 0.2"}) {
+      const std::string m = rejection(edited([&](json& h) { h["__metadata__"][field] = value; }));
+      EXPECT_CONTAINS(m, "__metadata__ \"" + std::string(field) + "\" is \"" + value + "\", not a number");
+    }
+    for (const std::string value : {"nan", "inf", "-0.2"})
+      EXPECT_CONTAINS(rejection(edited([&](json& h) { h["__metadata__"][field] = value; })), std::string(field) + " is");
   }
-  for (const std::string lr : {"nan", "inf", "0", "-0.2"}) {
-    EXPECT_CONTAINS(rejection(edited([&](json& h) { h["__metadata__"]["lr"] = lr; })), "lr is");
-  }
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"]["lr"] = "0"; })), "lr is 0");
   EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"]["epoch"] = "11"; })), "epoch is 11");
   EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"]["epoch"] = 3; })),
                   "__metadata__ \"epoch\" is 3, not a string");
-  EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"]["format"] = "lenet-dp checkpoint 2"; })),
-                  "expected \"lenet-dp checkpoint 1\" (written by another version of lenet-dp)");
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"]["format"] = "lenet-dp checkpoint 1"; })),
+                  "expected \"lenet-dp checkpoint 2\" (written by another version of lenet-dp)");
 }
 
 TEST_F(CheckpointFiles, ExtraMetadataStringsAreAccepted) {

@@ -3,6 +3,7 @@
 // mid-epoch or at an epoch's end; and a diverging run is stopped with the epoch named.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -35,18 +36,36 @@ engine::TrainOptions options() {
   return o;
 }
 
-std::vector<float> uninterrupted() {
+std::vector<nlohmann::json> read_records(const fs::path& metrics) {
+  std::vector<nlohmann::json> records;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) records.push_back(nlohmann::json::parse(line));
+  fs::remove(metrics);
+  return records;
+}
+
+fs::path temporary(const std::string& suffix) {
+  return fs::temp_directory_path() / ("lenet-resume-" + std::to_string(::getpid()) + suffix);
+}
+
+// The final parameters; the metrics records go to `records` when given.
+std::vector<float> uninterrupted(std::vector<nlohmann::json>* records = nullptr) {
   engine::CpuBackend b(2, model::init_parameters<float>(options().seed));
+  engine::TrainOptions o = options();
+  o.metrics_path = temporary(".jsonl").string();
   std::ostringstream log;
-  engine::train(b, data(), options(), log, false);
+  engine::train(b, data(), o, log, false);
+  const std::vector<nlohmann::json> written = read_records(o.metrics_path);
+  if (records != nullptr) *records = written;
   return b.parameters(0);
 }
 
 // Stops after `stop_after` steps with a checkpoint in a file, then resumes from that file. Both runs
-// write their metrics to one file; `epochs_recorded` receives the epoch numbers found there.
-std::vector<float> interrupted_and_resumed(uint64_t stop_after, std::vector<int>* epochs_recorded = nullptr) {
-  const fs::path file = fs::temp_directory_path() / ("lenet-resume-" + std::to_string(::getpid()) + ".safetensors");
-  const fs::path metrics = fs::temp_directory_path() / ("lenet-resume-" + std::to_string(::getpid()) + ".jsonl");
+// write their metrics to one file, whose records go to `records` when given.
+std::vector<float> interrupted_and_resumed(uint64_t stop_after, std::vector<nlohmann::json>* records = nullptr) {
+  const fs::path file = temporary(".safetensors");
+  const fs::path metrics = temporary(".jsonl");
   std::ostringstream log;
   {
     engine::CpuBackend b(2, model::init_parameters<float>(options().seed));
@@ -54,8 +73,9 @@ std::vector<float> interrupted_and_resumed(uint64_t stop_after, std::vector<int>
     o.metrics_path = metrics.string();
     uint64_t steps = 0;
     o.stop_requested = [&] { return ++steps == stop_after ? 2 : 0; };
-    o.checkpoint = [&](int epoch, uint64_t step) {
-      engine::save_checkpoint(file.string(), b.parameters(0), {epoch, o.epochs, o.seed, step, o.lr, o.batch_size, 2});
+    o.checkpoint = [&](int epoch, uint64_t step, const engine::EpochSoFar& so_far) {
+      engine::save_checkpoint(file.string(), b.parameters(0),
+                              {epoch, o.epochs, o.seed, step, o.lr, o.batch_size, 2, so_far});
     };
     EXPECT_THROW(engine::train(b, data(), o, log, false), engine::TrainingStopped);
   }
@@ -67,24 +87,58 @@ std::vector<float> interrupted_and_resumed(uint64_t stop_after, std::vector<int>
   engine::CpuBackend b(2, c.parameters);
   engine::TrainOptions o = options();
   o.start_step = st.step;
+  o.start_so_far = st.epoch_so_far;
   o.metrics_path = metrics.string();
   const engine::TrainResult r = engine::train(b, data(), o, log, false);
   EXPECT_EQ(r.epochs.size(), size_t(o.epochs - int(stop_after / 16)));
-  if (epochs_recorded != nullptr) {
-    std::ifstream in(metrics);
-    std::string line;
-    while (std::getline(in, line)) epochs_recorded->push_back(nlohmann::json::parse(line)["epoch"].get<int>());
-  }
-  fs::remove(metrics);
+  const std::vector<nlohmann::json> written = read_records(metrics);
+  if (records != nullptr) *records = written;
   return b.parameters(0);
 }
 
-TEST(Resume, MidEpochEqualsUninterrupted) { EXPECT_EQ(interrupted_and_resumed(5), uninterrupted()); }
+// The resumed run's records say what the uninterrupted run's say, except the time taken: the epoch
+// that was interrupted reports its loss and accuracy over all its steps, before and after the stop.
+void expect_same_records(const std::vector<nlohmann::json>& resumed, const std::vector<nlohmann::json>& whole) {
+  ASSERT_EQ(resumed.size(), whole.size());
+  for (size_t i = 0; i < whole.size(); ++i) {
+    SCOPED_TRACE("record " + std::to_string(i));
+    EXPECT_EQ(resumed[i]["epoch"], whole[i]["epoch"]);
+    EXPECT_EQ(resumed[i]["train_acc"], whole[i]["train_acc"]);
+    EXPECT_EQ(resumed[i]["test_acc"], whole[i]["test_acc"]);
+    // The loss sum is added up in another order (before the stop, then after it): double rounding only.
+    const double a = resumed[i]["train_loss"], b = whole[i]["train_loss"];
+    EXPECT_LE(std::fabs(a - b), 1e-12 * b) << a << " vs " << b;
+    EXPECT_GT(resumed[i]["epoch_seconds"].get<double>(), 0.0);
+  }
+}
+
+TEST(Resume, MidEpochEqualsUninterruptedIncludingTheInterruptedEpochsRecord) {
+  std::vector<nlohmann::json> resumed, whole;
+  EXPECT_EQ(interrupted_and_resumed(5, &resumed), uninterrupted(&whole));
+  expect_same_records(resumed, whole);
+}
 
 TEST(Resume, AtEpochEndEqualsUninterruptedAndKeepsTheEpochsRecord) {
-  std::vector<int> epochs;
-  EXPECT_EQ(interrupted_and_resumed(16, &epochs), uninterrupted());
-  EXPECT_EQ(epochs, (std::vector<int>{1, 2})) << "a stop after an epoch's last step still evaluates and records it";
+  std::vector<nlohmann::json> resumed, whole;
+  EXPECT_EQ(interrupted_and_resumed(16, &resumed), uninterrupted(&whole));
+  // A stop after an epoch's last step still evaluates and records that epoch.
+  expect_same_records(resumed, whole);
+}
+
+TEST(Resume, TheInterruptedEpochsMetricsCountTheStepsBeforeTheStop) {
+  // Guards the test above: a resumed epoch that forgot the checkpoint's epoch_so_far would report the
+  // loss and accuracy of its last 11 steps only.
+  std::vector<nlohmann::json> whole;
+  uninterrupted(&whole);
+  engine::CpuBackend b(2, model::init_parameters<float>(options().seed));
+  engine::TrainOptions o = options();
+  o.start_step = 5;
+  o.metrics_path = temporary(".jsonl").string();
+  std::ostringstream log;
+  engine::train(b, data(), o, log, false);
+  const std::vector<nlohmann::json> forgetful = read_records(o.metrics_path);
+  ASSERT_EQ(forgetful.size(), 2u);
+  EXPECT_NE(forgetful[0]["train_acc"], whole[0]["train_acc"]);
 }
 
 TEST(Resume, StopNeverCheckpointsNonFiniteParameters) {
@@ -94,7 +148,7 @@ TEST(Resume, StopNeverCheckpointsNonFiniteParameters) {
   uint64_t steps = 0;
   int saved = 0;
   o.stop_requested = [&] { return ++steps == 12 ? 2 : 0; };
-  o.checkpoint = [&](int, uint64_t) { ++saved; };
+  o.checkpoint = [&](int, uint64_t, const engine::EpochSoFar&) { ++saved; };
   std::ostringstream log;
   EXPECT_THROW(engine::train(b, data(), o, log, false), engine::TrainingDiverged);
   EXPECT_EQ(saved, 0);
@@ -115,7 +169,7 @@ TEST(Diverging, NonFiniteLossStopsWithTheEpochNamed) {
   engine::TrainOptions o = options();
   o.lr = 1e6;
   int saved = 0;
-  o.checkpoint = [&](int, uint64_t) { ++saved; };
+  o.checkpoint = [&](int, uint64_t, const engine::EpochSoFar&) { ++saved; };
   std::ostringstream log;
   try {
     engine::train(b, data(), o, log, false);

@@ -122,24 +122,34 @@ TEST(CudaGraph, ResumeEqualsUninterruptedInBothModes) {
       return std::make_unique<engine::CudaGraphBackend>(one_gpu(2), params);
     };
     auto whole = make(start);
-    engine::train(*whole, data(), opt, log, false);
+    const engine::TrainResult uninterrupted = engine::train(*whole, data(), opt, log, false);
     auto first = make(start);
     engine::TrainOptions stop = opt;
     int steps = 0;
     std::vector<float> saved;
     uint64_t saved_step = 0;
+    engine::EpochSoFar saved_so_far;
     stop.stop_requested = [&] { return ++steps == 7 ? 15 : 0; };
-    stop.checkpoint = [&](int, uint64_t step) {
+    stop.checkpoint = [&](int, uint64_t step, const engine::EpochSoFar& so_far) {
       saved = first->parameters(0);
       saved_step = step;
+      saved_so_far = so_far;
     };
     EXPECT_THROW(engine::train(*first, data(), stop, log, false), engine::TrainingStopped);
     ASSERT_EQ(saved_step, 7u);
     auto second = make(saved);
     engine::TrainOptions resume = opt;
     resume.start_step = saved_step;
-    engine::train(*second, data(), resume, log, false);
+    resume.start_so_far = saved_so_far;
+    const engine::TrainResult resumed = engine::train(*second, data(), resume, log, false);
     EXPECT_EQ(second->parameters(0), whole->parameters(0)) << mode;
+    // The interrupted epoch's metrics cover its steps before the stop too (the loss sum in another order).
+    ASSERT_EQ(resumed.epochs.size(), uninterrupted.epochs.size()) << mode;
+    for (size_t e = 0; e < resumed.epochs.size(); ++e) {
+      EXPECT_EQ(resumed.epochs[e].train_acc, uninterrupted.epochs[e].train_acc) << mode << " epoch " << e + 1;
+      EXPECT_NEAR(resumed.epochs[e].train_loss, uninterrupted.epochs[e].train_loss,
+                  1e-12 * uninterrupted.epochs[e].train_loss) << mode << " epoch " << e + 1;
+    }
   }
 }
 
