@@ -32,8 +32,8 @@ class Backend {
   // backend need not synchronise per step for them).
   virtual model::StepStats take_train_stats() = 0;
   // Among the steps since the last take_train_stats(), the index of the first whose loss was not
-  // finite, where the backend sees its loss per step without extra synchronisation (the CPU); else -1.
-  virtual int64_t first_nonfinite_step() const { return -1; }
+  // finite, else -1 (tracked where each step's loss is summed: on a GPU, on the device).
+  virtual int64_t first_nonfinite_step() = 0;
   // Returns when all enqueued work has finished (the end of an epoch's timed training pass).
   virtual void synchronize() {}
   // Correct predictions over the whole split. batch_size is the training minibatch; a backend may

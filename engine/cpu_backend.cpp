@@ -75,7 +75,7 @@ void CpuBackend::train_step(const io::Split& data, const uint32_t* idx, int rows
   }
   if (chunk_grads_.size() < chunks.size()) chunk_grads_.resize(chunks.size(), std::vector<float>(model::kNumParameters));
   std::vector<model::StepStats> chunk_stats(chunks.size());
-  const double loss_before = stats_.loss_sum;
+  double step_loss = 0;
   {
     profiling::Range range("forward_backward");
     parallel_for(static_cast<int>(chunks.size()), static_cast<int>(workers_.size()), [&](int i, int thread) {
@@ -95,10 +95,10 @@ void CpuBackend::train_step(const io::Split& data, const uint32_t* idx, int rows
       for (size_t j = 0; j < model::kNumParameters; ++j) g[j] += c[j];
       stats_.loss_sum += chunk_stats[i].loss_sum;
       stats_.correct += chunk_stats[i].correct;
+      step_loss += chunk_stats[i].loss_sum;
     }
   }
-  if (first_nonfinite_ < 0 && std::isfinite(loss_before) && !std::isfinite(stats_.loss_sum)) first_nonfinite_ = steps_;
-  ++steps_;
+  model::track_step(tracker_, step_loss);
   {
     profiling::Range range("allreduce");
     std::vector<float*> grads;
@@ -113,8 +113,7 @@ void CpuBackend::train_step(const io::Split& data, const uint32_t* idx, int rows
 }
 
 model::StepStats CpuBackend::take_train_stats() {
-  steps_ = 0;
-  first_nonfinite_ = -1;
+  tracker_ = {};
   return std::exchange(stats_, model::StepStats{});
 }
 

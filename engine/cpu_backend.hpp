@@ -10,6 +10,7 @@
 
 #include "engine/backend.hpp"
 #include "engine/ring.hpp"
+#include "model/step_tracker.hpp"
 
 namespace lenet::engine {
 
@@ -25,7 +26,7 @@ class CpuBackend final : public Backend {
   std::vector<std::string> devices() const override;
   void train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) override;
   model::StepStats take_train_stats() override;
-  int64_t first_nonfinite_step() const override { return first_nonfinite_; }
+  int64_t first_nonfinite_step() override { return model::first_bad_step(tracker_); }
   // On replica 0, as the source text evaluates on its first device.
   int64_t count_correct(const io::Split& data, int batch_size) override;
   std::vector<float> parameters(int replica) const override;
@@ -48,8 +49,7 @@ class CpuBackend final : public Backend {
   std::vector<std::vector<float>> chunk_grads_;  // grown to the most chunks a step has had
   RingSchedule ring_;
   model::StepStats stats_;
-  int64_t steps_ = 0;  // since the last take_train_stats()
-  int64_t first_nonfinite_ = -1;
+  model::StepTracker tracker_;  // since the last take_train_stats()
 };
 
 }  // namespace lenet::engine

@@ -265,6 +265,13 @@ model::StepStats CudaGraphBackend::take_train_stats() {
   return total;
 }
 
+int64_t CudaGraphBackend::first_nonfinite_step() {
+  synchronize();  // as in take_train_stats: the replays run on the root stream
+  int64_t first = -1;
+  for (const auto& rep : replicas_) first = model::earlier_bad_step(first, rep->net->first_nonfinite_step());
+  return first;
+}
+
 void CudaGraphBackend::prepare_evaluation(const io::Split& data) {
   if (eval_data_ == &data && eval_size_ == data.size() && eval_pixels_ == data.pixels.data()) return;
   const std::vector<RowRange> shares = split_rows(static_cast<int>(data.size()), static_cast<int>(replicas_.size()));

@@ -127,6 +127,12 @@ model::StepStats CudaNaiveBackend::take_train_stats() {
   return total;
 }
 
+int64_t CudaNaiveBackend::first_nonfinite_step() {
+  int64_t first = -1;
+  for (const auto& rep : replicas_) first = model::earlier_bad_step(first, rep->first_nonfinite_step());
+  return first;
+}
+
 int64_t CudaNaiveBackend::count_correct(const io::Split& data, int batch_size) {
   cuda::CudaLenet& rep = *replicas_[0];
   std::vector<uint32_t> idx(static_cast<size_t>(batch_size));

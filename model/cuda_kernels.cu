@@ -3,6 +3,7 @@
 #include <cfloat>
 
 #include "graphs/cuda_check.hpp"
+#include "model/step_tracker.hpp"
 
 namespace lenet::cuda {
 namespace {
@@ -60,7 +61,7 @@ __global__ void count_correct_kernel(const float* logits, const int32_t* labels,
 }
 
 __global__ void accumulate_stats_kernel(const float* row_loss, const int32_t* row_correct, int rows,
-                                        double* loss_sum, unsigned long long* correct) {
+                                        double* loss_sum, unsigned long long* correct, model::StepTracker* tracker) {
   __shared__ double loss[kThreads];
   __shared__ unsigned long long hits[kThreads];
   double l = 0;
@@ -82,6 +83,7 @@ __global__ void accumulate_stats_kernel(const float* row_loss, const int32_t* ro
   if (threadIdx.x == 0) {
     *loss_sum += loss[0];
     *correct += hits[0];
+    if (tracker != nullptr) model::track_step(*tracker, loss[0]);
   }
 }
 
@@ -125,9 +127,9 @@ void launch_count_correct(const float* logits, const int32_t* labels, int rows, 
 }
 
 void launch_accumulate_stats(const float* row_loss, const int32_t* row_correct, int rows, double* loss_sum,
-                             unsigned long long* correct, cudaStream_t s) {
-  if (rows == 0) return;
-  accumulate_stats_kernel<<<1, kThreads, 0, s>>>(row_loss, row_correct, rows, loss_sum, correct);
+                             unsigned long long* correct, model::StepTracker* tracker, cudaStream_t s) {
+  if (rows == 0 && tracker == nullptr) return;
+  accumulate_stats_kernel<<<1, kThreads, 0, s>>>(row_loss, row_correct, rows, loss_sum, correct, tracker);
   LENET_CHECK_LAUNCH("accumulate_stats_kernel");
 }
 

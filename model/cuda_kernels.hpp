@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "model/step_tracker.hpp"
+
 namespace lenet::cuda {
 
 // y[r, c] += b[c] for r < rows, c < cols (row-major).
@@ -24,9 +26,10 @@ void launch_count_correct(const float* logits, const int32_t* labels, int rows, 
                           cudaStream_t s);
 
 // Adds sum(row_loss) to *loss_sum and sum(row_correct) to *correct, in a fixed order (one block), so
-// two runs give the same bits.
+// two runs give the same bits. With a tracker (device memory), also counts the step in it, rows == 0
+// included, and notes it when its loss sum is not finite.
 void launch_accumulate_stats(const float* row_loss, const int32_t* row_correct, int rows, double* loss_sum,
-                             unsigned long long* correct, cudaStream_t s);
+                             unsigned long long* correct, model::StepTracker* tracker, cudaStream_t s);
 
 // w -= scale * g, with the scale given by value or read from device memory at run time (graph replay).
 void launch_sgd_update(float* w, const float* g, size_t n, float scale, cudaStream_t s);

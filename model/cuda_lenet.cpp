@@ -111,6 +111,7 @@ CudaLenet::CudaLenet(DeviceContext& ctx, int max_rows, const std::vector<int>& r
   row_correct_ = DeviceBuffer<int32_t>(dev, n);
   loss_sum_ = DeviceBuffer<double>(dev, 2);
   correct_ = DeviceBuffer<unsigned long long>(dev, 2);
+  tracker_ = DeviceBuffer<model::StepTracker>(dev, 1);
   ones_ = DeviceBuffer<float>(dev, n);
   ones_.upload(std::vector<float>(n, 1.0f).data(), n);  // the bias gradients are GEMVs with a ones vector
 
@@ -319,11 +320,13 @@ void CudaLenet::forward(int rows, const float* x) {
 void CudaLenet::loss(int rows, Slot slot, const int32_t* labels, const int32_t* valid_rows) {
   DeviceGuard guard(ctx_.device());
   check_rows(rows);
-  if (rows == 0) return;
-  launch_softmax_xent(logits_.get(), labels != nullptr ? labels : labels_.get(), rows, kClasses, dlogits_.get(),
-                      row_loss_.get(), row_correct_.get(), valid_rows, ctx_.stream());
+  if (rows > 0) {
+    launch_softmax_xent(logits_.get(), labels != nullptr ? labels : labels_.get(), rows, kClasses, dlogits_.get(),
+                        row_loss_.get(), row_correct_.get(), valid_rows, ctx_.stream());
+  }
+  // Training steps are counted even without rows, so every replica's step index is the step's.
   launch_accumulate_stats(row_loss_.get(), row_correct_.get(), rows, loss_sum_.get() + slot, correct_.get() + slot,
-                          ctx_.stream());
+                          slot == kTrainStats ? tracker_.get() : nullptr, ctx_.stream());
 }
 
 void CudaLenet::backward(int rows, const float* x) {
@@ -385,6 +388,13 @@ void CudaLenet::zero_stats(Slot slot) {
   DeviceGuard guard(ctx_.device());
   LENET_CUDA_CHECK(cudaMemsetAsync(loss_sum_.get() + slot, 0, sizeof(double), ctx_.stream()));
   LENET_CUDA_CHECK(cudaMemsetAsync(correct_.get() + slot, 0, sizeof(unsigned long long), ctx_.stream()));
+  if (slot == kTrainStats) LENET_CUDA_CHECK(cudaMemsetAsync(tracker_.get(), 0, tracker_.bytes(), ctx_.stream()));
+}
+
+int64_t CudaLenet::first_nonfinite_step() const {
+  DeviceGuard guard(ctx_.device());
+  LENET_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+  return model::first_bad_step(tracker_.download()[0]);
 }
 
 model::StepStats CudaLenet::read_stats(Slot slot) const {

@@ -13,6 +13,7 @@
 #include "model/cpu_lenet.hpp"
 #include "model/cuda_memory.hpp"
 #include "model/lenet.hpp"
+#include "model/step_tracker.hpp"
 
 namespace lenet::cuda {
 
@@ -79,6 +80,9 @@ class CudaLenet {
   const float* logits() const { return logits_.get(); }
   void zero_stats(Slot slot);
   model::StepStats read_stats(Slot slot) const;  // synchronous
+  // Among the training steps since zero_stats(kTrainStats), the index of the first whose loss on this
+  // replica was not finite, or -1 (synchronous).
+  int64_t first_nonfinite_step() const;
 
   HostActivations download_activations(int rows) const;
   // The chosen convolution algorithms, for the log.
@@ -100,6 +104,7 @@ class CudaLenet {
   DeviceBuffer<int32_t> labels_, row_correct_;
   DeviceBuffer<double> loss_sum_;
   DeviceBuffer<unsigned long long> correct_;
+  DeviceBuffer<model::StepTracker> tracker_;
   DeviceBuffer<char> workspace_;
 
   cudnnTensorDescriptor_t x_desc_ = nullptr, a1_desc_ = nullptr, p1_desc_ = nullptr, a2_desc_ = nullptr,

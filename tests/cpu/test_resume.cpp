@@ -16,6 +16,7 @@
 #include "engine/trainer.hpp"
 #include "io/dataset.hpp"
 #include "model/lenet.hpp"
+#include "model/step_tracker.hpp"
 
 namespace {
 
@@ -179,6 +180,22 @@ TEST(Diverging, NonFiniteLossStopsWithTheEpochNamed) {
     EXPECT_NE(std::string(e.what()).find("non-finite training loss in epoch 1, at step "), std::string::npos) << e.what();
   }
   EXPECT_EQ(saved, 0) << "a diverged epoch must not overwrite the last good checkpoint";
+}
+
+// The rule the CPU backend and the GPU loss kernel share (model/step_tracker.hpp).
+TEST(Diverging, StepTrackerKeepsTheFirstNonFiniteStep) {
+  model::StepTracker t;
+  EXPECT_EQ(model::first_bad_step(t), -1);
+  for (double loss : {2.3, 0.0, HUGE_VAL, 1.0, std::nan(""), 5.0}) model::track_step(t, loss);
+  EXPECT_EQ(t.steps, 6);
+  EXPECT_EQ(model::first_bad_step(t), 2);
+  model::StepTracker u;
+  model::track_step(u, std::nan(""));
+  EXPECT_EQ(model::first_bad_step(u), 0);
+  EXPECT_EQ(model::earlier_bad_step(-1, -1), -1);
+  EXPECT_EQ(model::earlier_bad_step(-1, 4), 4);
+  EXPECT_EQ(model::earlier_bad_step(4, -1), 4);
+  EXPECT_EQ(model::earlier_bad_step(7, 2), 2);
 }
 
 }  // namespace

@@ -153,4 +153,39 @@ TEST(CudaGraph, ResumeEqualsUninterruptedInBothModes) {
   }
 }
 
+// The loss stays on the device during an epoch, yet a diverged run names its step (tracked by the loss
+// kernel), in both modes, like the CPU backend.
+TEST(CudaGraph, DivergenceNamesTheStepInBothModes) {
+  LENET_REQUIRE_GPU();
+  engine::TrainOptions opt;
+  opt.epochs = 1;
+  opt.lr = 1e6;
+  opt.quiet = true;
+  const std::vector<float> start = model::init_parameters<float>(3);
+  auto diverged_at = [&](engine::Backend& b) -> long {
+    std::ostringstream log;
+    try {
+      engine::train(b, data(), opt, log, false);
+    } catch (const engine::TrainingDiverged& e) {
+      const std::string m = e.what();
+      const size_t at = m.find(", at step ");
+      EXPECT_NE(at, std::string::npos) << b.mode() << ": " << m;
+      return at == std::string::npos ? -1 : std::stol(m.substr(at + 10));
+    }
+    ADD_FAILURE() << b.mode() << ": lr 1e6 did not diverge";
+    return -1;
+  };
+  engine::CpuBackend cpu(2, start);
+  const long cpu_step = diverged_at(cpu);
+  engine::CudaNaiveBackend naive(one_gpu(2), start);
+  engine::CudaGraphBackend graph(one_gpu(2), start);
+  for (engine::Backend* b : {static_cast<engine::Backend*>(&naive), static_cast<engine::Backend*>(&graph)}) {
+    const long step = diverged_at(*b);
+    EXPECT_GE(step, 1) << b->mode();
+    EXPECT_LE(step, 11) << b->mode() << ": the epoch has 11 steps";
+    // The same growth overflows float32 at the same step unless rounding tips it over one step apart.
+    EXPECT_LE(std::labs(step - cpu_step), 1) << b->mode() << " against the CPU's step " << cpu_step;
+  }
+}
+
 }  // namespace
