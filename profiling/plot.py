@@ -180,10 +180,17 @@ def unique_labels(items):
 
 def accuracy_series(bench, metrics):
     series = []
+    seen = set()
     for path, row in bench:
         acc = row.get("test_acc_per_epoch")
         if isinstance(acc, list) and acc and all(is_number(a) for a in acc):
-            series.append((str(row.get("name") or row.get("impl")), path, list(range(1, len(acc) + 1)), acc))
+            name = str(row.get("name") or row.get("impl"))
+            # One run's row found twice (lenet-bench --peers copies the peers' rows into its own file)
+            # is one line, not two drawn on top of each other.
+            if (name, tuple(acc)) in seen:
+                continue
+            seen.add((name, tuple(acc)))
+            series.append((name, path, list(range(1, len(acc) + 1)), acc))
     for run in metrics_runs(metrics):
         series.append((metrics_label(run["first"]), run["path"], run["epochs"], run["acc"]))
     labels = unique_labels([(s[0], s[1]) for s in series])

@@ -125,6 +125,23 @@ class PlotSample(unittest.TestCase):
             self.assert_png(os.path.join(d, "out", "seconds_per_epoch.png"))
 
 
+class AccuracySeries(unittest.TestCase):
+    """plot.py's grouping, imported as a module (it imports matplotlib only to draw)."""
+
+    @classmethod
+    def setUpClass(cls):
+        spec = importlib.util.spec_from_file_location("plot", PLOT)
+        cls.plot = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(cls.plot)
+
+    def test_a_row_found_in_two_files_is_one_line(self):
+        peer = {"name": "pytorch-textbook R=1", "replicas": 1, "test_acc_per_epoch": [0.1, 0.66, 0.71]}
+        other = dict(peer, test_acc_per_epoch=[0.1, 0.65, 0.72])  # another run of the same configuration
+        series = self.plot.accuracy_series([("bench.json", peer), ("peer.json", dict(peer)), ("b2.json", other)], [])
+        self.assertEqual([y for _, _, y in series], [[0.1, 0.66, 0.71], [0.1, 0.65, 0.72]])
+        self.assertEqual(len({label for label, _, _ in series}), 2, series)
+
+
 class SampleIsLabelled(unittest.TestCase):
     def test_readme_says_synthetic(self):
         with open(os.path.join(SAMPLE, "README.md")) as f:
