@@ -211,9 +211,9 @@ def seconds_table(bench):
         if len(batches) > 1:
             name += f" B={r.get('batch_size')}"
         cell = table.setdefault(name, {})
-        if int(r["replicas"]) in cell:
-            print(f"{PROG}: {name} R={int(r['replicas'])} appears more than once; using the one from {path}",
-                  file=sys.stderr)
+        if cell.get(int(r["replicas"]), r["seconds_per_epoch"]) != r["seconds_per_epoch"]:
+            print(f"{PROG}: {name} R={int(r['replicas'])} appears more than once with different times; using the one "
+                  f"from {path}", file=sys.stderr)
         cell[int(r["replicas"])] = r["seconds_per_epoch"]
     return table
 
