@@ -110,16 +110,19 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   app.add_option("--mode", o.mode, "CUDA mode: naive (the textbook algorithm) or graph (CUDA graphs, ring allreduce)")
       ->check(CLI::IsMember({"naive", "graph"}))->capture_default_str();
   app.add_option("--seed", seed, "Seed of the initial parameters and of every epoch's shuffle (0..2^64-1)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("INT");
   app.add_option("--data-dir", o.data_dir, std::string("Fashion-MNIST folder (default: $LENET_DATA_DIR, else ") +
-                                               io::kDefaultDataDir + ")");
+                                               io::kDefaultDataDir + ")")
+      ->type_name("DIR");
   app.add_option("--train-limit", train_limit, "Use only the first N training examples");
   app.add_option("--test-limit", test_limit, "Use only the first N test examples");
-  app.add_option("--metrics", o.train.metrics_path, "Write one JSON object per epoch to FILE (JSON Lines)");
+  app.add_option("--metrics", o.train.metrics_path, "Write one JSON object per epoch to FILE (JSON Lines)")->type_name("FILE");
   app.add_flag("--quiet", o.train.quiet, "No progress display");
-  app.add_option("--save", o.save_path, "Write the parameters and training state to FILE (safetensors) after every epoch");
-  app.add_option("--load", o.load_path, "Start from the parameters in FILE; with --epochs 0 only evaluate them");
-  app.add_option("--resume", o.resume_path, "Continue the run checkpointed in FILE up to --epochs in total");
+  app.add_option("--save", o.save_path, "Write the parameters and training state to FILE (safetensors) after every epoch")
+      ->type_name("FILE");
+  app.add_option("--load", o.load_path, "Start from the parameters in FILE; with --epochs 0 only evaluate them")->type_name("FILE");
+  app.add_option("--resume", o.resume_path, "Continue the run checkpointed in FILE up to --epochs in total")->type_name("FILE");
   app.set_version_flag("--version", version_text());
   try {
     app.parse(argc, argv);
