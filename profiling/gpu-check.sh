@@ -214,3 +214,6 @@ if rows:
 PY
   [[ -f $out/bench.md ]] && { echo; cat "$out/bench.md"; }
 } | tee "$out/summary.md"
+# Exit status: 0 when every step ran and passed; 1 when one failed, timed out or was skipped for time.
+for r in "${results[@]}"; do [[ ${r#*|} == ok ]] || exit 1; done
+exit 0
