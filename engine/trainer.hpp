@@ -28,7 +28,8 @@ struct TrainOptions {
   // are exactly those of an uninterrupted run.
   uint64_t start_step = 0;
   // When start_step is in the middle of an epoch: that epoch's training before the stop (from the
-  // checkpoint), so its metrics cover the whole epoch.
+  // checkpoint), so its metrics cover the whole epoch. Left zero there, the epoch's loss and accuracy
+  // are understated (its rows before the stop count, their loss and hits do not).
   EpochSoFar start_so_far;
   // Polled after every step; a non-zero answer (a signal number) stops the run after that step (after
   // an epoch's last step, once the epoch is evaluated, recorded and checkpointed).

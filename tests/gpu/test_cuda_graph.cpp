@@ -180,11 +180,9 @@ TEST(CudaGraph, DivergenceNamesTheStepInBothModes) {
   engine::CudaNaiveBackend naive(one_gpu(2), start);
   engine::CudaGraphBackend graph(one_gpu(2), start);
   for (engine::Backend* b : {static_cast<engine::Backend*>(&naive), static_cast<engine::Backend*>(&graph)}) {
-    const long step = diverged_at(*b);
-    EXPECT_GE(step, 1) << b->mode();
-    EXPECT_LE(step, 11) << b->mode() << ": the epoch has 11 steps";
-    // The same growth overflows float32 at the same step unless rounding tips it over one step apart.
-    EXPECT_LE(std::labs(step - cpu_step), 1) << b->mode() << " against the CPU's step " << cpu_step;
+    // On the CPU the loss of step 2 is about 5e13 and step 3 overflows every logit: rounding differences
+    // between the backends cannot move the step.
+    EXPECT_EQ(diverged_at(*b), cpu_step) << b->mode();
   }
 }
 
