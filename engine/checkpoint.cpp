@@ -70,6 +70,7 @@ std::string state_problem(const TrainingState& s) {
   if (!std::isfinite(s.lr) || s.lr <= 0) return "lr is " + format_double(s.lr) + ", must be finite and > 0";
   if (s.batch_size < 1) return "batch_size is " + std::to_string(s.batch_size) + ", must be at least 1";
   if (s.replicas < 1) return "replicas is " + std::to_string(s.replicas) + ", must be at least 1";
+  if (s.train_examples < 1) return "train_examples is 0, must be at least 1";
   if (!std::isfinite(s.epoch_so_far.loss_sum) || s.epoch_so_far.loss_sum < 0)
     return "epoch_loss_sum is " + format_double(s.epoch_so_far.loss_sum) + ", must be finite and >= 0";
   if (!std::isfinite(s.epoch_so_far.seconds) || s.epoch_so_far.seconds < 0)
@@ -215,6 +216,7 @@ class HeaderReader {
     s.lr = double_field(meta, "lr");
     s.batch_size = int_field(meta, "batch_size");
     s.replicas = int_field(meta, "replicas");
+    s.train_examples = u64_field(meta, "train_examples");
     s.epoch_so_far.loss_sum = double_field(meta, "epoch_loss_sum");
     s.epoch_so_far.correct = u64_field(meta, "epoch_correct");
     s.epoch_so_far.seconds = double_field(meta, "epoch_seconds");
@@ -265,6 +267,7 @@ std::vector<uint8_t> encode(const std::vector<float>& parameters, const Training
   meta["lr"] = format_double(state.lr);
   meta["batch_size"] = std::to_string(state.batch_size);
   meta["replicas"] = std::to_string(state.replicas);
+  meta["train_examples"] = std::to_string(state.train_examples);
   meta["epoch_loss_sum"] = format_double(state.epoch_so_far.loss_sum);
   meta["epoch_correct"] = std::to_string(state.epoch_so_far.correct);
   meta["epoch_seconds"] = format_double(state.epoch_so_far.seconds);

@@ -58,6 +58,7 @@ struct TrainingState {
   double lr = 0;        // finite, > 0
   int batch_size = 0;   // global minibatch, >= 1
   int replicas = 0;     // >= 1
+  uint64_t train_examples = 0;  // the training set's size (after --train-limit), >= 1
   EpochSoFar epoch_so_far;  // of epoch `epoch` + 1 when `step` is in its middle; zero at an epoch's end
 };
 

@@ -235,6 +235,11 @@ int run_cli(int argc, const char* const* argv) {
     const uint64_t batches = io::EpochSampler(data.train.size(), size_t(o.train.batch_size), 0, false).num_batches();
     if (!o.resume_path.empty()) {
       const TrainingState& st = *checkpoint->state;
+      if (st.train_examples != data.train.size()) {
+        throw UsageError("--resume " + o.resume_path + ": the interrupted run trained on " +
+                         std::to_string(st.train_examples) + " examples, this one has " +
+                         std::to_string(data.train.size()) + "; use its --train-limit " + std::to_string(st.train_examples));
+      }
       if (st.step / batches != uint64_t(st.epoch)) {
         throw UsageError("--resume " + o.resume_path + ": " + std::to_string(st.step) + " steps and " +
                          std::to_string(st.epoch) + " epochs done do not fit " + std::to_string(batches) +
@@ -263,7 +268,7 @@ int run_cli(int argc, const char* const* argv) {
       o.train.checkpoint = [&, replicas](int completed_epochs, uint64_t steps, const EpochSoFar& so_far) {
         save_checkpoint(o.save_path, backend->parameters(0),
                         {completed_epochs, o.train.epochs, o.train.seed, steps, o.train.lr, o.train.batch_size, replicas,
-                         so_far});
+                         data.train.size(), so_far});
         saved = true;
       };
     }

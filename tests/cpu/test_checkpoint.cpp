@@ -78,6 +78,7 @@ TrainingState sample_state() {
   s.lr = 0.1 + 0.2;                    // 0.30000000000000004: needs 17 significant digits
   s.batch_size = 256;
   s.replicas = 3;
+  s.train_examples = 59999;
   s.epoch_so_far = {1000.0 / 3.0, (uint64_t{1} << 53) + 3, 0.1 + 0.7};  // shortest round trips need 17 digits
   return s;
 }
@@ -102,6 +103,7 @@ void expect_same_state(const std::optional<TrainingState>& loaded, const Trainin
   EXPECT_EQ(bits(a.lr), bits(b.lr)) << "lr " << a.lr << " vs " << b.lr;
   EXPECT_EQ(a.batch_size, b.batch_size);
   EXPECT_EQ(a.replicas, b.replicas);
+  EXPECT_EQ(a.train_examples, b.train_examples);
   EXPECT_EQ(bits(a.epoch_so_far.loss_sum), bits(b.epoch_so_far.loss_sum));
   EXPECT_EQ(a.epoch_so_far.correct, b.epoch_so_far.correct);
   EXPECT_EQ(bits(a.epoch_so_far.seconds), bits(b.epoch_so_far.seconds));
@@ -234,6 +236,7 @@ TEST_F(CheckpointFiles, IndependentReaderFindsSafetensorsLayout) {
   EXPECT_EQ(std::stod(meta.at("lr").get<std::string>()), 0.1 + 0.2);
   EXPECT_EQ(meta.at("batch_size"), "256");
   EXPECT_EQ(meta.at("replicas"), "3");
+  EXPECT_EQ(meta.at("train_examples"), "59999");
   EXPECT_EQ(std::stod(meta.at("epoch_loss_sum").get<std::string>()), 1000.0 / 3.0);
   EXPECT_EQ(meta.at("epoch_correct"), "9007199254740995");
   EXPECT_EQ(std::stod(meta.at("epoch_seconds").get<std::string>()), 0.1 + 0.7);
@@ -432,6 +435,7 @@ TEST_F(CheckpointFiles, SaveRejectsWrongParameterCountAndUnresumableStateWriting
       {"lr", [](TrainingState& s) { s.lr = -0.1; }},
       {"batch_size", [](TrainingState& s) { s.batch_size = 0; }},
       {"replicas", [](TrainingState& s) { s.replicas = 0; }},
+      {"train_examples", [](TrainingState& s) { s.train_examples = 0; }},
       {"epoch_loss_sum", [](TrainingState& s) { s.epoch_so_far.loss_sum = std::nan(""); }},
       {"epoch_loss_sum", [](TrainingState& s) { s.epoch_so_far.loss_sum = -1; }},
       {"epoch_seconds", [](TrainingState& s) { s.epoch_so_far.seconds = HUGE_VAL; }},
@@ -616,7 +620,7 @@ TEST_F(CheckpointFiles, RepeatedKeyIsRejected) {
 
 TEST_F(CheckpointFiles, MissingStateFieldIsRejected) {
   EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"] = "epoch 3"; })), "not an object");
-  for (const char* field : {"epoch", "epochs", "seed", "step", "lr", "batch_size", "replicas", "epoch_loss_sum",
+  for (const char* field : {"epoch", "epochs", "seed", "step", "lr", "batch_size", "replicas", "train_examples", "epoch_loss_sum",
                             "epoch_correct", "epoch_seconds"}) {
     const std::string m = rejection(edited([&](json& h) { h["__metadata__"].erase(field); }));
     EXPECT_CONTAINS(m, std::string("__metadata__ has no \"") + field + "\"");

@@ -139,6 +139,9 @@ TEST_F(Cli, SaveResumeEqualsUninterruptedAndLoadEvaluates) {
   // The saved step count means other epochs with another --train-limit: refused, not reinterpreted.
   expect_usage_error("--backend cpu --quiet --train-limit 250 --test-limit 100 --epochs 3 --resume '" + b + "'",
                      "--train-limit");
+  // 490 examples make as many minibatches of 64 as 500, but other ones: refused as well.
+  expect_usage_error("--backend cpu --quiet --train-limit 490 --test-limit 100 --epochs 3 --resume '" + b + "'",
+                     "use its --train-limit 500");
 }
 
 // A safetensors file of the same tensors without our metadata, as PyTorch's save_file writes it.

@@ -76,7 +76,7 @@ std::vector<float> interrupted_and_resumed(uint64_t stop_after, std::vector<nloh
     o.stop_requested = [&] { return ++steps == stop_after ? 2 : 0; };
     o.checkpoint = [&](int epoch, uint64_t step, const engine::EpochSoFar& so_far) {
       engine::save_checkpoint(file.string(), b.parameters(0),
-                              {epoch, o.epochs, o.seed, step, o.lr, o.batch_size, 2, so_far});
+                              {epoch, o.epochs, o.seed, step, o.lr, o.batch_size, 2, data().train.size(), so_far});
     };
     EXPECT_THROW(engine::train(b, data(), o, log, false), engine::TrainingStopped);
   }

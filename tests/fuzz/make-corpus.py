@@ -36,7 +36,7 @@ def idx_labels(labels, magic=0x801):
 
 def checkpoint_header(edit=None):
     header = {"__metadata__": {"format": "lenet-dp checkpoint 2", "epoch": "3", "epochs": "10",
-                               "seed": "1", "step": "720", "lr": "0.2", "batch_size": "256", "replicas": "2",
+                               "seed": "1", "step": "720", "lr": "0.2", "batch_size": "256", "replicas": "2", "train_examples": "60000",
                                "epoch_loss_sum": "3353.8", "epoch_correct": "3244", "epoch_seconds": "0.25"}}
     at = 0
     for name, shape in TENSORS:
