@@ -133,13 +133,20 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
     const EpochSoFar before = step % batches == 0 ? EpochSoFar{} : options.start_so_far;
     const size_t rows_before = sampler.batch(static_cast<size_t>(step % batches)).first;
     size_t examples = 0;
+    // Steps are numbered from 1 in their epoch: "step 7 of 79 (step 86 of the run)".
+    const uint64_t epoch_start = uint64_t(e) * batches;
+    auto in_epoch = [&](uint64_t run_step) { return std::to_string(run_step - epoch_start); };
+    auto step_text = [&](uint64_t run_step) {
+      return "step " + in_epoch(run_step) + " of " + std::to_string(batches) + " (step " + std::to_string(run_step) +
+             " of the run)";
+    };
     // A step that diverged leaves a non-finite loss sum or non-finite parameters behind; never let them
-    // replace the last good checkpoint. Steps are numbered from 1 over the whole run.
+    // replace the last good checkpoint.
     auto check_finite = [&](const model::StepStats& st, int64_t bad_step) {
       if (std::isfinite(st.loss_sum) && all_finite(backend.parameters(0))) return;
-      const std::string where =
-          bad_step >= 0 ? "at step " + std::to_string(first_step + uint64_t(bad_step) + 1)
-                        : "between steps " + std::to_string(first_step + 1) + " and " + std::to_string(step);
+      const std::string where = bad_step >= 0 ? "at " + step_text(first_step + uint64_t(bad_step) + 1)
+                                              : "between steps " + in_epoch(first_step + 1) + " and " + in_epoch(step) +
+                                                    " of " + std::to_string(batches);
       throw TrainingDiverged("non-finite " + std::string(std::isfinite(st.loss_sum) ? "parameters" : "training loss") +
                              " in epoch " + std::to_string(e + 1) + ", " + where + "; try a smaller --lr");
     };
@@ -160,7 +167,7 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
         check_finite(st, bad_step);
         if (options.checkpoint)
           options.checkpoint(e, step, {before.loss_sum + st.loss_sum, before.correct + st.correct, before.seconds + seconds});
-        throw TrainingStopped(stop_signal(), e + 1, step);
+        throw TrainingStopped(stop_signal(), "in epoch " + std::to_string(e + 1) + " after " + step_text(step));
       }
     }
     EpochMetrics m;
@@ -187,7 +194,7 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
       if (!metrics) throw io::DataError(options.metrics_path + ": write failed");
     }
     result.epochs.push_back(m);
-    if (e + 1 < options.epochs && stop_signal() != 0) throw TrainingStopped(stop_signal(), e + 1, step);
+    if (e + 1 < options.epochs && stop_signal() != 0) throw TrainingStopped(stop_signal(), "after epoch " + std::to_string(e + 1));
   }
   double total = 0;
   for (const EpochMetrics& m : result.epochs) total += m.epoch_seconds;

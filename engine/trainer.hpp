@@ -42,10 +42,9 @@ struct TrainOptions {
 // The run was stopped by options.stop_requested after a step (and checkpointed, when asked).
 class TrainingStopped : public std::runtime_error {
  public:
-  TrainingStopped(int signal, int epoch, uint64_t step)
-      : std::runtime_error("stopped by signal " + std::to_string(signal) + " in epoch " + std::to_string(epoch) +
-                           " after step " + std::to_string(step)),
-        signal(signal) {}
+  // `where`: "in epoch 2 after step 7 of 79 (step 86 of the run)", "after epoch 2".
+  TrainingStopped(int signal, const std::string& where)
+      : std::runtime_error("stopped by signal " + std::to_string(signal) + " " + where), signal(signal) {}
   int signal;
 };
 
