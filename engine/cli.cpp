@@ -159,6 +159,12 @@ volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int signal) {
   if (g_stop_signal != 0) {  // the second signal: at once, leaving no half-written temporary checkpoint
     remove_checkpoint_in_progress();
+    char line[] = "lenet-train: stopped at once by a second signal NN\n";
+    char* digits = line + sizeof line - 4;  // "NN": the signal number, 1 to 64
+    if (signal >= 10) *digits++ = static_cast<char>('0' + signal / 10 % 10);
+    *digits++ = static_cast<char>('0' + signal % 10);
+    *digits++ = '\n';
+    [[maybe_unused]] const ssize_t ignored = ::write(STDERR_FILENO, line, static_cast<size_t>(digits - line));
     _exit(128 + signal);
   }
   g_stop_signal = signal;
@@ -199,11 +205,11 @@ int run_cli(int argc, const char* const* argv) {
     std::cerr << kProgram << ": stopped by signal " << g_stop_signal << " " << when << std::endl;
     return 128 + static_cast<int>(g_stop_signal);
   };
+  install_stop_handlers();  // first: a signal at any point after start-up gets its line and status
   try {
     const std::optional<CliOptions> parsed = parse_cli(argc, argv);
     if (!parsed) return 0;
     CliOptions o = *parsed;
-    install_stop_handlers();
     std::optional<Checkpoint> checkpoint;
     if (!o.load_path.empty()) checkpoint = load_checkpoint(o.load_path);
     if (!o.resume_path.empty()) {

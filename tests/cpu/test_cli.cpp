@@ -2,6 +2,7 @@
 // prints the source text's final line and writes a metrics file with exactly the documented fields.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -209,6 +210,22 @@ TEST_F(Cli, SignalLeavesALoadableCheckpoint) {
     EXPECT_GT(c.state->step, 0u);
     EXPECT_EQ(c.state->epochs, 3);
   }
+}
+
+// A second signal ends the run at once, still with its line on stderr and 128 + signal. Two different
+// signals sent to the stopped process arrive together when it continues (one kind would merge into one).
+TEST_F(Cli, SecondSignalExitsAtOnceWithItsLine) {
+  const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_TRAIN_EXE "' --backend cpu --quiet "
+                          "--epochs 3 >/dev/null 2>'" + (dir_ / "err").string() +
+                          "' & pid=$!; sleep 2; kill -STOP $pid; kill -INT $pid; kill -TERM $pid; kill -CONT $pid; "
+                          "wait $pid; exit $?";
+  const int raw = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(raw));
+  const std::string err = lenet::testing::slurp(dir_ / "err");
+  // Which of the two the kernel hands over second is its choice.
+  const int second = WEXITSTATUS(raw) - 128;
+  EXPECT_TRUE(second == SIGINT || second == SIGTERM) << WEXITSTATUS(raw) << ": " << err;
+  EXPECT_EQ(err, "lenet-train: stopped at once by a second signal " + std::to_string(second) + "\n");
 }
 
 }  // namespace
