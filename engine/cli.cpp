@@ -38,6 +38,10 @@ void validate(const CliOptions& o) {
   if (t.epochs < 0 || (t.epochs == 0 && o.load_path.empty()))
     throw UsageError("--epochs " + std::to_string(t.epochs) + ": must be at least 1 (0 only with --load, to evaluate)");
   if (!o.load_path.empty() && !o.resume_path.empty()) throw UsageError("--load and --resume: give one of them");
+  if (t.epochs == 0) {
+    if (!o.save_path.empty()) throw UsageError("--save: nothing to save with --epochs 0 (evaluation only)");
+    if (!t.metrics_path.empty()) throw UsageError("--metrics: no epochs to record with --epochs 0 (evaluation only)");
+  }
   if (o.num_gpus && *o.num_gpus < 1) throw UsageError("--num-gpus " + std::to_string(*o.num_gpus) + ": must be at least 1");
   if (o.replicas && *o.replicas < 1) throw UsageError("--replicas " + std::to_string(*o.replicas) + ": must be at least 1");
   if (o.replicas && *o.replicas > t.batch_size) {
@@ -146,6 +150,8 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   if (app.count("--test-limit") && test_limit < 1) throw UsageError("--test-limit " + std::to_string(test_limit) + ": must be at least 1");
   o.train_limit = static_cast<size_t>(train_limit);
   o.test_limit = static_cast<size_t>(test_limit);
+  for (const char* flag : {"--metrics", "--save", "--load", "--resume"})
+    if (app.count(flag) && app[flag]->as<std::string>().empty()) throw UsageError(std::string(flag) + ": empty file name");
   validate(o);
   return o;
 }
@@ -176,6 +182,18 @@ void install_stop_handlers() {
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+}
+
+// Parameters to start from must be finite: NaN or infinity would only resurface as a "diverged" run.
+void check_finite_parameters(const std::vector<float>& p, const std::string& path) {
+  for (const model::TensorSpec& t : model::tensor_specs()) {
+    for (size_t i = 0; i < t.size; ++i) {
+      if (!std::isfinite(p[t.offset + i])) {
+        throw CheckpointError(path + ": " + t.name + "[" + std::to_string(i) + "] is " +
+                              format_double(p[t.offset + i]) + "; cannot start from non-finite parameters");
+      }
+    }
+  }
 }
 
 // A resumed run takes its settings from the checkpoint; a flag that contradicts them is a usage error.
@@ -211,9 +229,14 @@ int run_cli(int argc, const char* const* argv) {
     if (!parsed) return 0;
     CliOptions o = *parsed;
     std::optional<Checkpoint> checkpoint;
-    if (!o.load_path.empty()) checkpoint = load_checkpoint(o.load_path);
+    if (!o.load_path.empty()) {
+      checkpoint = load_checkpoint(o.load_path);
+      check_finite_parameters(checkpoint->parameters, o.load_path);
+    }
+    const bool replicas_given = o.replicas.has_value();
     if (!o.resume_path.empty()) {
       checkpoint = load_checkpoint(o.resume_path);
+      check_finite_parameters(checkpoint->parameters, o.resume_path);
       if (!checkpoint->state) {
         throw UsageError("--resume " + o.resume_path +
                          ": parameters only, no lenet-dp training state in its __metadata__; start from them with --load");
@@ -224,6 +247,8 @@ int run_cli(int argc, const char* const* argv) {
       const std::filesystem::path folder = std::filesystem::absolute(o.save_path).parent_path();
       if (::access(folder.c_str(), W_OK) != 0)
         throw CheckpointError(o.save_path + ": cannot write checkpoints into " + folder.string());
+      if (std::filesystem::is_directory(o.save_path))
+        throw CheckpointError(o.save_path + ": is a folder; --save needs a file name");
     }
     // --backend auto: CUDA when a device answers, else the CPU with a one-line notice. An error other
     // than "no driver" or "no device" is a broken installation, not an absent GPU.
@@ -235,8 +260,21 @@ int run_cli(int argc, const char* const* argv) {
     const bool use_cuda = o.backend != "cpu" && probe.ok();
     if (o.backend == "auto" && !use_cuda)
       std::cerr << kProgram << ": no CUDA device answers (" << probe.describe() << "); training on the CPU" << std::endl;
-    if (!use_cuda) check_replicas(o.replicas.value_or(o.num_gpus.value_or(1)), o.train.batch_size);
-    const io::FashionMnist data = io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), o.train_limit, o.test_limit);
+    if (!use_cuda) {
+      // On the CPU --num-gpus means the replica count, which a resumed run takes from its checkpoint.
+      if (!o.resume_path.empty() && o.num_gpus && !replicas_given && *o.num_gpus != *o.replicas) {
+        throw UsageError("--num-gpus " + std::to_string(*o.num_gpus) + " sets the CPU's replica count, which differs from " +
+                         std::to_string(*o.replicas) + " saved in --resume " + o.resume_path);
+      }
+      check_replicas(o.replicas.value_or(o.num_gpus.value_or(1)), o.train.batch_size);
+    }
+    const io::FashionMnist data = [&] {
+      try {
+        return io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), o.train_limit, o.test_limit);
+      } catch (const io::LimitError& e) {
+        throw UsageError(e.what());
+      }
+    }();
     if (g_stop_signal != 0) return stopped("while loading the data");
     const uint64_t batches = io::EpochSampler(data.train.size(), size_t(o.train.batch_size), 0, false).num_batches();
     if (!o.resume_path.empty()) {

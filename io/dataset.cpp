@@ -18,7 +18,7 @@ void to_floats(const uint8_t* pixels, float* x) {
 void apply_limit(Split& split, size_t limit, const char* flag, const char* what) {
   if (limit == 0) return;
   if (limit > split.size()) {
-    throw DataError(std::string(flag) + " " + std::to_string(limit) + ": the " + what + " set has only " +
+    throw LimitError(std::string(flag) + " " + std::to_string(limit) + ": the " + what + " set has only " +
                     std::to_string(split.size()) + " examples");
   }
   split.labels.resize(limit);

@@ -37,8 +37,14 @@ std::string resolve_data_dir(const std::string& flag_value);
 // the data, when neither exists.
 std::string find_data_file(const std::string& dir, const std::string& name);
 
-// Loads the four files. A limit of 0 keeps every example; a larger limit than the split holds is an
-// error naming the limit.
+// A --train-limit or --test-limit larger than its split: the flag is wrong, not the data.
+class LimitError : public DataError {
+ public:
+  using DataError::DataError;
+};
+
+// Loads the four files. A limit of 0 keeps every example; a larger limit than the split holds is a
+// LimitError naming the flag.
 FashionMnist load_fashion_mnist(const std::string& dir, size_t train_limit = 0, size_t test_limit = 0);
 
 // One split from an images file and a labels file whose counts must agree.

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <regex>
 #include <set>
 #include <string>
@@ -14,6 +15,7 @@
 #include "cli_runner.hpp"
 #include "engine/checkpoint.hpp"
 #include "engine/cuda_probe.hpp"
+#include "model/lenet.hpp"
 
 namespace {
 
@@ -65,10 +67,9 @@ TEST_F(Cli, MissingDataExits1AndSaysHowToGetIt) {
   EXPECT_NE(r.err.find("train-images-idx3-ubyte"), std::string::npos) << r.err;
 }
 
-TEST_F(Cli, LimitLargerThanTheDataSetExits1) {
-  const Result r = run("--backend cpu --train-limit 60001");
-  EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.err.find("--train-limit"), std::string::npos) << r.err;
+TEST_F(Cli, LimitLargerThanTheDataSetIsAUsageError) {
+  expect_usage_error("--backend cpu --train-limit 60001", "--train-limit 60001: the training set has only 60000");
+  expect_usage_error("--backend cpu --test-limit 10001", "--test-limit 10001: the test set has only 10000");
 }
 
 TEST_F(Cli, UnwritableMetricsFileExits1NamingIt) {
@@ -184,6 +185,38 @@ TEST_F(Cli, CorruptCheckpointExits1NamingIt) {
   const Result r = run("--backend cpu --epochs 0 --load '" + bad + "'");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find(bad), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, OutputFlagsThatCannotBeHonouredAreRefusedBeforeTraining) {
+  for (const char* flag : {"--save", "--metrics", "--load", "--resume"})
+    expect_usage_error(std::string("--backend cpu ") + flag + " ''", std::string(flag) + ": empty file name");
+  const std::string a = (dir_ / "a.safetensors").string();
+  ASSERT_EQ(run("--backend cpu --quiet --epochs 1 --train-limit 64 --test-limit 64 --save '" + a + "'").status, 0);
+  expect_usage_error("--backend cpu --epochs 0 --load '" + a + "' --save '" + (dir_ / "b").string() + "'",
+                     "--save: nothing to save with --epochs 0");
+  expect_usage_error("--backend cpu --epochs 0 --load '" + a + "' --metrics '" + (dir_ / "m").string() + "'",
+                     "--metrics: no epochs to record with --epochs 0");
+  const Result r = run("--backend cpu --epochs 1 --train-limit 64 --test-limit 64 --save '" + dir_.string() + "'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("is a folder; --save needs a file name"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("epoch 1/1"), std::string::npos) << "refused only after training: " << r.err;
+  // On the CPU --num-gpus is the replica count; the checkpoint's is 1.
+  expect_usage_error("--backend cpu --epochs 2 --train-limit 64 --test-limit 64 --num-gpus 2 --resume '" + a + "'",
+                     "differs from 1 saved in --resume");
+}
+
+TEST_F(Cli, NonFiniteParametersToStartFromAreRefusedNamingTheTensor) {
+  std::vector<float> p = lenet::model::init_parameters<float>(1);
+  const lenet::model::TensorSpec& fc1 = lenet::model::tensor_specs()[4];
+  p[fc1.offset + 7] = std::numeric_limits<float>::quiet_NaN();
+  const std::string bad = (dir_ / "nan.safetensors").string();
+  lenet::engine::save_checkpoint(bad, p, {1, 2, 1, 1, 0.2, 256, 1, 60000, {}});
+  for (const std::string flag : {"--epochs 0 --load", "--epochs 2 --resume"}) {
+    const Result r = run("--backend cpu " + flag + " '" + bad + "'");
+    EXPECT_EQ(r.status, 1) << flag;
+    EXPECT_NE(r.err.find(bad + ": fc1.weight[7] is nan; cannot start from non-finite parameters"), std::string::npos)
+        << r.err;
+  }
 }
 
 TEST_F(Cli, DivergingRunExits1NamingTheEpoch) {

@@ -401,6 +401,7 @@ TEST_F(RealData, LimitsKeepTheFirstExamples) {
 }
 
 TEST_F(RealData, LimitLargerThanTheSetIsRejected) {
+  EXPECT_THROW(lenet::io::load_fashion_mnist(LENET_TEST_DATA_DIR, 60001, 0), lenet::io::LimitError);
   std::string msg = data_error_of([] { lenet::io::load_fashion_mnist(LENET_TEST_DATA_DIR, 60001, 0); });
   EXPECT_CONTAINS(msg, "--train-limit");
   EXPECT_CONTAINS(msg, "60001");
