@@ -13,6 +13,8 @@
 #include <memory>
 #include <sstream>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -101,6 +103,7 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
   row.devices = backend->devices();
   row.batch_size = o.batch_size;
   row.lr = o.lr;
+  row.train_examples = int64_t(data.train.size());
   const bool traced = o.trace && mode != "cpu" && profiling::CuptiTrace::available();
   row.epochs = 1 + o.timed_epochs + (traced ? 1 : 0);
   auto evaluate = [&] {
@@ -299,7 +302,7 @@ int main(int argc, char** argv) {
   app.add_option("--modes", o.modes, "Any of naive, graph, cpu")->delimiter(',')->check(CLI::IsMember({"naive", "graph", "cpu"}));
   app.add_option("--replicas", o.replicas, "Replica counts, e.g. 1,2,4")->delimiter(',')->check(CLI::Range(1, 64));
   app.add_option("--batch-size", o.batch_size, "Global minibatch size")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--lr", o.lr, "SGD learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "SGD learning rate (finite, > 0)");
   app.add_option("--epochs", o.timed_epochs, "Timed epochs per configuration (after one warm-up epoch)")->check(CLI::Range(1, 1000));
   app.add_option("--seed", o.seed_text, "Seed of the parameters and the shuffles (0..2^64-1)");
   app.add_option("--num-gpus", o.num_gpus, "GPUs 0..N-1 to place replicas on (default: all visible)")->check(CLI::Range(1, 64));
@@ -314,6 +317,7 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-projection", o.projection, "Skip the multi-GPU projection");
   app.add_flag("!--no-trace", o.trace, "No CUPTI epoch (kernel, idle, launch and allreduce columns stay empty)");
   app.add_option("--peers", o.peers, "JSON rows of the PyTorch peers (profiling/peers) to add to the table");
+  app.set_version_flag("--version", std::string("lenet-bench ") + LENET_VERSION + " (" + engine::cuda_library_versions() + ")");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -323,6 +327,10 @@ int main(int argc, char** argv) {
   }
   if (!engine::parse_u64(o.seed_text, o.seed)) {
     std::cerr << "lenet-bench: --seed " << o.seed_text << ": must be an integer from 0 to 2^64-1" << std::endl;
+    return 2;
+  }
+  if (!std::isfinite(o.lr) || o.lr <= 0) {
+    std::cerr << "lenet-bench: --lr " << engine::format_double(o.lr) << ": must be a finite number > 0" << std::endl;
     return 2;
   }
   for (int r : o.replicas)
@@ -341,6 +349,22 @@ int main(int argc, char** argv) {
     if (wants_gpu && num_gpus > probe.devices) {
       std::cerr << "lenet-bench: --num-gpus " << num_gpus << ": only " << probe.devices << " visible" << std::endl;
       return 2;
+    }
+    // What could fail after the benchmark's minutes fails now: the output folders, the peers' rows.
+    for (const std::string& path : {o.json_path, o.markdown_path}) {
+      const std::filesystem::path folder = std::filesystem::absolute(path).parent_path();
+      if (std::filesystem::is_directory(path) || ::access(folder.c_str(), W_OK) != 0)
+        throw std::runtime_error(path + ": cannot write this output file (a folder, or in a folder not writable)");
+    }
+    std::vector<profiling::BenchRow> peer_rows;
+    for (const std::string& file : o.peers) {
+      std::ifstream in(file);
+      if (!in) throw std::runtime_error(file + ": cannot open the --peers file");
+      try {
+        peer_rows.push_back(profiling::row_from_json(nlohmann::json::parse(in)));
+      } catch (const std::exception& e) {  // unreadable JSON, or a row without a field the table needs
+        throw std::runtime_error(file + ": not a peer row (" + e.what() + ")");
+      }
     }
     const io::FashionMnist data = io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), size_t(o.train_limit),
                                                          size_t(o.test_limit));
@@ -367,17 +391,20 @@ int main(int argc, char** argv) {
           std::ofstream(path) << timeline.dump() << '\n';
         }
       }
-    for (const std::string& file : o.peers) {
-      std::ifstream in(file);
-      if (!in) throw std::runtime_error(file + ": cannot open the --peers file");
-      rows.push_back(profiling::row_from_json(nlohmann::json::parse(in)));
+    rows.insert(rows.end(), peer_rows.begin(), peer_rows.end());
+    std::string peer_notes;
+    for (const profiling::BenchRow& p : peer_rows) {
+      if (p.train_examples == 0 || p.train_examples == int64_t(data.train.size())) continue;
+      peer_notes += "Note: " + p.name + " ran on " + std::to_string(p.train_examples) + " training examples, this run on " +
+                    std::to_string(data.train.size()) + ": its seconds per epoch do not compare with the others.\n";
     }
-    std::ostringstream md;
+    std::cerr << peer_notes;    std::ostringstream md;
     md << "# lenet-bench\n\n" << data.train.size() << " training examples, batch " << o.batch_size << ", lr " << o.lr
        << ", seed " << o.seed << "; seconds per epoch are the training pass only, mean of " << o.timed_epochs
        << " epoch(s) after a warm-up epoch; CUPTI columns from one further traced epoch; 'kernels/step' counts "
           "kernels launched by the host (not by a graph).\n\n"
-       << profiling::markdown_table(rows, rows.empty() ? "" : rows.front().name);
+       << profiling::markdown_table(rows, rows.empty() ? "" : rows.front().name)
+       << (peer_notes.empty() ? "" : "\n" + peer_notes);
 
     nlohmann::json out;
     out["rows"] = nlohmann::json::array();

@@ -107,6 +107,7 @@ nlohmann::json to_json(const BenchRow& r) {
           {"batch_size", r.batch_size},
           {"lr", r.lr},
           {"epochs", r.epochs},
+          {"train_examples", r.train_examples},
           {"seconds_per_epoch", opt(r.seconds_per_epoch)},
           {"examples_per_second", opt(r.examples_per_second)},
           {"kernel_ms_per_step", opt(r.kernel_ms_per_step)},
@@ -132,6 +133,7 @@ BenchRow row_from_json(const nlohmann::json& j) {
   r.batch_size = j.at("batch_size").get<int>();
   r.lr = j.at("lr").get<double>();
   r.epochs = j.at("epochs").get<int>();
+  r.train_examples = j.value("train_examples", int64_t{0});
   r.seconds_per_epoch = get_opt(j, "seconds_per_epoch");
   r.examples_per_second = get_opt(j, "examples_per_second");
   r.kernel_ms_per_step = get_opt(j, "kernel_ms_per_step");

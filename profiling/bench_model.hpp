@@ -65,6 +65,7 @@ struct BenchRow {
   int batch_size = 0;
   double lr = 0;
   int epochs = 0;
+  int64_t train_examples = 0;  // the training set an epoch went over; 0: not recorded (older rows)
   std::optional<double> seconds_per_epoch, examples_per_second, kernel_ms_per_step, idle_ms_per_step,
       host_enqueue_ms_per_step, kernel_launches_per_step, graph_launches_per_step, allreduce_ms_per_step, test_acc;
   std::vector<double> test_acc_per_epoch, epoch_seconds;

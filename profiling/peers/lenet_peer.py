@@ -706,6 +706,7 @@ def main(argv):
         "batch_size": args.batch_size,
         "lr": args.lr,
         "epochs": args.epochs,
+        "train_examples": int(train[0].shape[0]),
         "seconds_per_epoch": spe,
         "timing_note": timing.note(),
         "examples_per_second": train[0].shape[0] / spe,

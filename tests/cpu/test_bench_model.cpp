@@ -117,9 +117,51 @@ TEST_F(BenchTool, CpuRowsWriteJsonAndMarkdown) {
     ASSERT_TRUE(r.seconds_per_epoch.has_value());
     EXPECT_GT(*r.seconds_per_epoch, 0.0);
     EXPECT_EQ(r.test_acc_per_epoch.size(), 2u);  // warm-up and timed epoch
+    EXPECT_EQ(r.train_examples, 512);
   }
   EXPECT_NEAR(j["floor"]["flops_per_epoch"].get<double>(), 512 * lenet::model::train_flops_per_example(), 1.0);
   EXPECT_NE(lenet::testing::slurp(md).find("| cpu R=2 |"), std::string::npos);
+}
+
+// Everything that could fail after the benchmark's minutes is checked first; a peer row from another
+// training-set size is flagged under the table.
+TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged) {
+  const std::string base = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1 "
+                           "--train-limit 256 --test-limit 64 --epochs 1 --markdown '" + (dir_ / "b.md").string() + "' ";
+  const std::string err = (dir_ / "err").string();
+  auto run_bench = [&](const std::string& args) {
+    const int raw = std::system((base + args + " >/dev/null 2>'" + err + "'").c_str());
+    return WEXITSTATUS(raw);
+  };
+  EXPECT_EQ(run_bench("--json '" + (dir_ / "missing" / "b.json").string() + "'"), 1);
+  std::string text = lenet::testing::slurp(dir_ / "err");
+  EXPECT_NE(text.find("cannot write this output file"), std::string::npos) << text;
+  EXPECT_EQ(text.find("cpu R=1"), std::string::npos) << "benchmarked before failing: " << text;
+  std::ofstream(dir_ / "bad-peer.json") << "{\"name\": \"x\"}";
+  EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --peers '" + (dir_ / "bad-peer.json").string() + "'"), 1);
+  text = lenet::testing::slurp(dir_ / "err");
+  EXPECT_NE(text.find("bad-peer.json: not a peer row"), std::string::npos) << text;
+  EXPECT_EQ(text.find("cpu R=1"), std::string::npos) << "benchmarked before failing: " << text;
+  EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --lr 0"), 2);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --lr 0: must be a finite number > 0\n");
+
+  BenchRow peer;
+  peer.name = "pytorch-textbook R=1";
+  peer.impl = "pytorch-textbook";
+  peer.mode = "textbook";
+  peer.replicas = 1;
+  peer.devices = {"cpu"};
+  peer.batch_size = 256;
+  peer.lr = 0.2;
+  peer.epochs = 2;
+  peer.train_examples = 60000;
+  peer.seconds_per_epoch = 22.0;
+  std::ofstream(dir_ / "peer.json") << to_json(peer).dump();
+  ASSERT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --peers '" + (dir_ / "peer.json").string() + "'"), 0)
+      << lenet::testing::slurp(dir_ / "err");
+  EXPECT_NE(lenet::testing::slurp(dir_ / "b.md").find("Note: pytorch-textbook R=1 ran on 60000 training examples, this run on 256"),
+            std::string::npos)
+      << lenet::testing::slurp(dir_ / "b.md");
 }
 
 TEST_F(BenchTool, GpuModesWithoutDeviceIsAUsageError) {

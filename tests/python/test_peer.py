@@ -27,7 +27,7 @@ ROW_FIELDS = {
     "name", "impl", "mode", "replicas", "devices", "batch_size", "lr", "epochs", "seconds_per_epoch",
     "examples_per_second", "kernel_ms_per_step", "idle_ms_per_step", "host_enqueue_ms_per_step",
     "kernel_launches_per_step", "graph_launches_per_step", "allreduce_ms_per_step", "test_acc",
-    "test_acc_per_epoch", "epoch_seconds", "torch_version", "device_name", "timing_note",
+    "test_acc_per_epoch", "epoch_seconds", "torch_version", "device_name", "timing_note", "train_examples",
 }
 FINAL_LINE = re.compile(r"^test acc: \d\.\d\d, \d[0-9.]* sec/epoch on \[(.*)\]$")
 N_PARAMS = 129068
@@ -156,6 +156,7 @@ class PeerTextbookCpu(WithDataset):
                 self.assertEqual(row["replicas"], r)
                 self.assertEqual(row["devices"], ["cpu"] * r)
                 self.assertEqual((row["batch_size"], row["lr"], row["epochs"]), (BATCH, 0.2, 2))
+                self.assertEqual(row["train_examples"], TRAIN)
                 self.assertEqual(row["graph_launches_per_step"], 0)
                 self.assertEqual(len(row["epoch_seconds"]), 2)
                 self.assertEqual(len(row["test_acc_per_epoch"]), 2)
