@@ -80,6 +80,21 @@ std::string state_problem(const TrainingState& s) {
 
 std::string quoted(const std::string& s) { return nlohmann::json(s).dump(); }
 
+// Bytes from the file, safe for a terminal: anything but printable ASCII as \xNN.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (const unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[5];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
 // Decimal digits only: no sign, space or exponent, and no silent wrap-around.
 
 // ---- header validation ----------------------------------------------------------------------------
@@ -124,7 +139,7 @@ class HeaderReader {
     try {
       return nlohmann::json::parse(begin, end, callback);
     } catch (const nlohmann::json::exception& e) {
-      fail(std::string("header is not valid JSON (") + e.what() + ")");
+      fail("header is not valid JSON (" + printable(e.what()) + ")");  // nlohmann quotes the bytes it read
     }
   }
 

@@ -504,7 +504,10 @@ TEST_F(CheckpointFiles, HeaderThatIsNotJsonIsRejected) {
   text[text.find(':')] = ';';
   EXPECT_CONTAINS(rejection(join(text, p.data)), "header is not valid JSON");
   EXPECT_CONTAINS(rejection(join(std::string(p.header_text.size(), '\0'), p.data)), "header is not valid JSON");
-  EXPECT_CONTAINS(rejection(join("{\"a\":\"\xff\"}", p.data)), "header is not valid JSON");  // not UTF-8
+  const std::string not_utf8 = rejection(join("{\"a\":\"\xff\"}", p.data));
+  EXPECT_CONTAINS(not_utf8, "header is not valid JSON");
+  EXPECT_CONTAINS(not_utf8, "\\xff");  // the byte named, not sent raw to the terminal
+  for (const char c : not_utf8) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << not_utf8;
 }
 
 TEST_F(CheckpointFiles, HeaderThatIsNotAnObjectIsRejected) {
