@@ -73,29 +73,33 @@ void CpuBackend::train_step(const io::Split& data, const uint32_t* idx, int rows
       chunks.push_back({static_cast<int>(r), split[r].first + done, std::min(kCpuChunkRows, split[r].rows - done)});
     }
   }
-  if (chunk_grads_.size() < chunks.size()) chunk_grads_.resize(chunks.size(), std::vector<float>(model::kNumParameters));
-  std::vector<model::StepStats> chunk_stats(chunks.size());
+  const size_t wave = std::min(chunks.size(), std::max(kCpuChunksPerWave, 2 * workers_.size()));
+  if (chunk_grads_.size() < wave) chunk_grads_.resize(wave, std::vector<float>(model::kNumParameters));
+  std::vector<model::StepStats> chunk_stats(wave);
   double step_loss = 0;
   {
     profiling::Range range("forward_backward");
-    parallel_for(static_cast<int>(chunks.size()), static_cast<int>(workers_.size()), [&](int i, int thread) {
-      const Chunk& c = chunks[size_t(i)];
-      Worker& w = workers_[size_t(thread)];
-      w.x.resize(static_cast<size_t>(c.rows) * model::kInPixels);
-      w.labels.resize(static_cast<size_t>(c.rows));
-      data.gather(idx + c.first, static_cast<size_t>(c.rows), w.x.data(), w.labels.data());
-      chunk_stats[size_t(i)] = w.net.forward_backward(replicas_[size_t(c.replica)].params.data(), w.x.data(),
-                                                      w.labels.data(), c.rows, chunk_grads_[size_t(i)].data());
-    });
     // Each replica's gradient: its chunks' sum in chunk order (zero for a replica without rows).
     for (Replica& rep : replicas_) std::fill(rep.grads.begin(), rep.grads.end(), 0.0f);
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      float* g = replicas_[size_t(chunks[i].replica)].grads.data();
-      const float* c = chunk_grads_[i].data();
-      for (size_t j = 0; j < model::kNumParameters; ++j) g[j] += c[j];
-      stats_.loss_sum += chunk_stats[i].loss_sum;
-      stats_.correct += chunk_stats[i].correct;
-      step_loss += chunk_stats[i].loss_sum;
+    for (size_t begin = 0; begin < chunks.size(); begin += wave) {
+      const size_t n = std::min(wave, chunks.size() - begin);
+      parallel_for(static_cast<int>(n), static_cast<int>(workers_.size()), [&](int k, int thread) {
+        const Chunk& c = chunks[begin + size_t(k)];
+        Worker& w = workers_[size_t(thread)];
+        w.x.resize(static_cast<size_t>(c.rows) * model::kInPixels);
+        w.labels.resize(static_cast<size_t>(c.rows));
+        data.gather(idx + c.first, static_cast<size_t>(c.rows), w.x.data(), w.labels.data());
+        chunk_stats[size_t(k)] = w.net.forward_backward(replicas_[size_t(c.replica)].params.data(), w.x.data(),
+                                                        w.labels.data(), c.rows, chunk_grads_[size_t(k)].data());
+      });
+      for (size_t k = 0; k < n; ++k) {
+        float* g = replicas_[size_t(chunks[begin + k].replica)].grads.data();
+        const float* c = chunk_grads_[k].data();
+        for (size_t j = 0; j < model::kNumParameters; ++j) g[j] += c[j];
+        stats_.loss_sum += chunk_stats[k].loss_sum;
+        stats_.correct += chunk_stats[k].correct;
+        step_loss += chunk_stats[k].loss_sum;
+      }
     }
   }
   model::track_step(tracker_, step_loss);

@@ -3,7 +3,8 @@
 // into chunks of kCpuChunkRows that run in parallel on all cores (OpenMP), each into its own gradient
 // buffer; a replica's chunk gradients are then added in chunk order. So the result does not depend on
 // the number of threads, and a chunk's working set (about 10 MB) stays in cache where a whole 256-row
-// minibatch's im2col buffers (about 50 MB) would not.
+// minibatch's im2col buffers (about 50 MB) would not. Large minibatches run in waves of chunks, their
+// buffers reused, so memory does not grow with the batch (the sums, in chunk order, are the same).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -15,6 +16,8 @@
 namespace lenet::engine {
 
 constexpr int kCpuChunkRows = 16;
+// Chunks in flight at once (more when there are more threads): 64 gradient buffers, 33 MB.
+constexpr size_t kCpuChunksPerWave = 64;
 
 class CpuBackend final : public Backend {
  public:

@@ -63,10 +63,17 @@ TEST(Equivalence, ReplicaWithNoRowsContributesNothing) {
   EXPECT_LT(lenet::testing::distance(four, one) / lenet::testing::distance(one, start), 1e-4);
 }
 
-// The backend runs chunks of kCpuChunkRows rows in parallel; one CpuLenet pass over the whole
-// minibatch is the same step up to summation order.
-TEST(Equivalence, ChunkedStepEqualsOneWholeMinibatchPass) {
-  const int rows = 3 * engine::kCpuChunkRows + 5;  // a partial chunk too
+// The backend runs chunks of kCpuChunkRows rows in parallel, in waves of kCpuChunksPerWave; CpuLenet
+// passes over the minibatch in pieces of up to 256 rows are the same step up to summation order.
+class ChunkedStep : public ::testing::TestWithParam<int> {};
+
+INSTANTIATE_TEST_SUITE_P(Equivalence, ChunkedStep,
+                         ::testing::Values(3 * engine::kCpuChunkRows + 5,  // one wave, a partial chunk too
+                                           int(2 * engine::kCpuChunksPerWave) * engine::kCpuChunkRows + 5));  // three
+
+TEST_P(ChunkedStep, EqualsPassesOverTheWholeMinibatch) {
+  const int rows = GetParam();
+  ASSERT_LE(size_t(rows), data().train.size());
   const std::vector<float> start = model::init_parameters<float>(3);
   std::vector<uint32_t> idx(static_cast<size_t>(rows));
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<uint32_t>(7 * i % data().train.size());
@@ -76,11 +83,20 @@ TEST(Equivalence, ChunkedStepEqualsOneWholeMinibatchPass) {
   b.train_step(data().train, idx.data(), rows, lr);
   const model::StepStats chunked = b.take_train_stats();
 
-  std::vector<float> x(static_cast<size_t>(rows) * model::kInPixels), grads(model::kNumParameters);
+  std::vector<float> x(static_cast<size_t>(rows) * model::kInPixels), grads(model::kNumParameters, 0.0f);
+  std::vector<float> piece_grads(model::kNumParameters);
   std::vector<int32_t> labels(static_cast<size_t>(rows));
   data().train.gather(idx.data(), idx.size(), x.data(), labels.data());
   model::CpuLenet<float> net;
-  const model::StepStats whole = net.forward_backward(start.data(), x.data(), labels.data(), rows, grads.data());
+  model::StepStats whole;
+  for (int first = 0; first < rows; first += 256) {
+    const int n = std::min(256, rows - first);
+    const model::StepStats st = net.forward_backward(start.data(), x.data() + size_t(first) * model::kInPixels,
+                                                     labels.data() + first, n, piece_grads.data());
+    whole.loss_sum += st.loss_sum;
+    whole.correct += st.correct;
+    for (size_t j = 0; j < grads.size(); ++j) grads[j] += piece_grads[j];
+  }
   std::vector<float> want = start;
   model::sgd_update(want.data(), grads.data(), model::kNumParameters, lr / float(rows));
 
@@ -92,11 +108,14 @@ TEST(Equivalence, ChunkedStepEqualsOneWholeMinibatchPass) {
 }
 
 // Each chunk has its own gradient buffer and they are added in chunk order: the thread count cannot
-// change a bit.
+// change a bit, nor can the waves it sizes (batch 2053 over 2 replicas: 130 chunks, in waves of 64
+// with 1 to 32 threads and of 80 with 40).
 TEST(Equivalence, ThreadCountDoesNotChangeTheBits) {
   const std::vector<float> one = train_replicas(2, 256, 7, 3, 1)[0];
   EXPECT_EQ(train_replicas(2, 256, 7, 3, 2)[0], one);
   EXPECT_EQ(train_replicas(2, 256, 7, 3, 5)[0], one);
+  const std::vector<float> big = train_replicas(2, 2053, 7, 1, 1)[0];
+  EXPECT_EQ(train_replicas(2, 2053, 7, 1, 40)[0], big);
 }
 
 TEST(Equivalence, SameSeedSameBits) {
