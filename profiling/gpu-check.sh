@@ -12,9 +12,10 @@
 # Environment: LENET_CHECK_BUDGET (seconds for everything, default 450), LENET_COMMIT (when the tree has
 # no .git), LENET_CHECK_EPOCHS (default 10), LENET_CHECK_SWEEP (0 skips the sweep),
 # LENET_CHECK_SANITIZERS (compute-sanitizer tools, default "memcheck racecheck"), CUDNN_ROOT,
-# LENET_CHECK_PHASES (any of: tests experiment sweep bench sanitizers cpu; default all of them; split
-# them over several runs when one run's time limit is too short for all, e.g. "tests experiment" then
-# "sweep bench sanitizers cpu" into two OUTDIRs: the build folder is reused when the tree is kept).
+# LENET_CHECK_PHASES (any of: tests gputests sanitizers experiment sweep bench cpu, run in this order;
+# default all but gputests, which runs only the GPU-labelled tests and is skipped when tests is given.
+# When one run's time is short, correctness first: "gputests sanitizers experiment", then "sweep bench
+# cpu" into another OUTDIR; the build folder is reused when the tree is kept).
 set -uo pipefail
 out=${1:?usage: profiling/gpu-check.sh OUTDIR}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
@@ -25,7 +26,7 @@ exec > >(tee "$out/log") 2>&1
 start_time=$(date +%s)
 budget=${LENET_CHECK_BUDGET:-450}
 epochs=${LENET_CHECK_EPOCHS:-10}
-phases=" ${LENET_CHECK_PHASES:-tests experiment sweep bench sanitizers cpu} "
+phases=" ${LENET_CHECK_PHASES:-tests sanitizers experiment sweep bench cpu} "
 phase() { [[ $phases == *" $1 "* ]]; }
 bundle=$root/.gpu-bundle
 build=$root/build-gpu
@@ -116,6 +117,23 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
   # Four at a time: the CPU references (portable GEMM, no BLAS on GPU hosts) dominate and use the cores.
   phase tests && step "tests" 420 ctest --test-dir "$build" --output-on-failure --timeout 400 -j 4 \
     --output-junit "$out/ctest.xml"
+  # Only the GPU tests (the CPU suite is what CI runs on every change): the shortest check of the CUDA paths.
+  phase gputests && ! phase tests && step "gpu tests" 300 ctest --test-dir "$build" --output-on-failure --timeout 240 \
+    -L gpu --output-junit "$out/ctest-gpu.xml"
+  # compute-sanitizer on short runs of both modes (two replicas sharing GPU 0).
+  if ! phase sanitizers; then
+    :
+  elif command -v compute-sanitizer >/dev/null; then
+    for tool in ${LENET_CHECK_SANITIZERS:-memcheck racecheck}; do
+      for mode in naive graph; do
+        step "sanitizer $tool $mode" 90 compute-sanitizer --tool $tool --error-exitcode 99 --log-file "$out/sanitizer-$tool-$mode.txt" \
+          "$train" --backend cuda --mode $mode --num-gpus 1 --replicas 2 --epochs 1 --train-limit 600 --test-limit 300 --quiet
+      done
+    done
+  else
+    echo "compute-sanitizer: not found"
+    results+=("compute-sanitizer|not found")
+  fi
   # The source text's experiment. Two replicas use two GPUs where there are two, else share one.
   if ((gpus >= 2)); then r2=(--num-gpus 2); else r2=(--num-gpus 1 --replicas 2); fi
   phase experiment && for mode in naive graph; do
@@ -148,19 +166,6 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
     step "lenet-bench" 400 "$build/profiling/lenet-bench" --num-gpus 1 --data-dir "$data" --json "$out/bench.json" \
       --markdown "$out/bench.md" ${peers[@]:+--peers "${peers[@]}"}
     step "plots" 60 python3 profiling/plot.py --out "$out/plots" "$out"
-  fi
-  # compute-sanitizer on short runs of both modes (two replicas sharing GPU 0).
-  if ! phase sanitizers; then
-    :
-  elif command -v compute-sanitizer >/dev/null; then
-    for tool in ${LENET_CHECK_SANITIZERS:-memcheck racecheck}; do
-      for mode in naive graph; do
-        step "sanitizer $tool $mode" 90 compute-sanitizer --tool $tool --error-exitcode 99 --log-file "$out/sanitizer-$tool-$mode.txt" \
-          "$train" --backend cuda --mode $mode --num-gpus 1 --replicas 2 --epochs 1 --train-limit 600 --test-limit 300 --quiet
-      done
-    done
-  else
-    echo "compute-sanitizer: not found"
   fi
   phase cpu && step "cpu R=1" 300 "$train" --backend cpu --epochs "$epochs" --metrics "$out/cpu-r1.jsonl"
 fi
