@@ -36,6 +36,7 @@ TEST_F(Cli, UsageErrorsExit2WithOneLine) {
   expect_usage_error("--batch-size 4 --replicas 5", "--replicas");
   expect_usage_error("--num-gpus 0", "--num-gpus");
   expect_usage_error("--epochs 0", "--epochs");
+  expect_usage_error("--quiet --quiet --epochs 2 --epochs=3", "--epochs: given more than once");
   expect_usage_error("--train-limit 0", "--train-limit");
   expect_usage_error("--backend tpu", "--backend");
   expect_usage_error("--mode fast", "--mode");
