@@ -398,7 +398,8 @@ int main(int argc, char** argv) {
       peer_notes += "Note: " + p.name + " ran on " + std::to_string(p.train_examples) + " training examples, this run on " +
                     std::to_string(data.train.size()) + ": its seconds per epoch do not compare with the others.\n";
     }
-    std::cerr << peer_notes;    std::ostringstream md;
+    std::cerr << peer_notes;
+    std::ostringstream md;
     md << "# lenet-bench\n\n" << data.train.size() << " training examples, batch " << o.batch_size << ", lr " << o.lr
        << ", seed " << o.seed << "; seconds per epoch are the training pass only, mean of " << o.timed_epochs
        << " epoch(s) after a warm-up epoch; CUPTI columns from one further traced epoch; 'kernels/step' counts "
