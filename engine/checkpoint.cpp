@@ -71,6 +71,10 @@ std::string state_problem(const TrainingState& s) {
   if (s.batch_size < 1) return "batch_size is " + std::to_string(s.batch_size) + ", must be at least 1";
   if (s.replicas < 1) return "replicas is " + std::to_string(s.replicas) + ", must be at least 1";
   if (s.train_examples < 1) return "train_examples is 0, must be at least 1";
+  if (s.epoch_so_far.correct > s.train_examples) {
+    return "epoch_correct is " + std::to_string(s.epoch_so_far.correct) + ", more than train_examples " +
+           std::to_string(s.train_examples);
+  }
   if (!std::isfinite(s.epoch_so_far.loss_sum) || s.epoch_so_far.loss_sum < 0)
     return "epoch_loss_sum is " + format_double(s.epoch_so_far.loss_sum) + ", must be finite and >= 0";
   if (!std::isfinite(s.epoch_so_far.seconds) || s.epoch_so_far.seconds < 0)
@@ -208,7 +212,7 @@ class HeaderReader {
   }
 
   // The training state, when the file is one of ours. A safetensors file from elsewhere (PyTorch's
-  // save_file writes no __metadata__, or its own "format") holds parameters only: nullopt.
+  // save_file writes no __metadata__, or its own "format") or of format 1 holds parameters only: nullopt.
   std::optional<TrainingState> metadata(const nlohmann::json& header) const {
     if (!header.contains("__metadata__")) return std::nullopt;
     const auto& meta = header["__metadata__"];
@@ -218,10 +222,10 @@ class HeaderReader {
       if (!value.is_string()) fail("__metadata__ " + quoted(key) + " is " + value.dump() + ", not a string");
     }
     const std::string format = meta.value("format", std::string());
-    if (format.rfind(kCheckpointFormatName, 0) != 0) return std::nullopt;
+    if (format.rfind(kCheckpointFormatName, 0) != 0 || format == kCheckpointFormatParametersOnly) return std::nullopt;
     if (format != kCheckpointFormat) {
       fail("__metadata__ \"format\" is " + quoted(format) + ", expected " + quoted(kCheckpointFormat) +
-           " (written by another version of lenet-dp)");
+           " (written by a newer version of lenet-dp)");
     }
     TrainingState s;
     s.epoch = int_field(meta, "epoch");

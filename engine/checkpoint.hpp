@@ -9,7 +9,7 @@
 // and "__metadata__" to string values: "format" and the TrainingState fields.
 //
 // Any other safetensors file holding exactly these eight float32 tensors loads too, as parameters only
-// (no training state): what PyTorch's `safetensors.torch.save_file(model.state_dict(), ...)` writes for
+// (no training state), and so does a checkpoint of format 1: what PyTorch's `safetensors.torch.save_file(model.state_dict(), ...)` writes for
 // the source text's network, with no "__metadata__" or with a "format" of its own.
 //
 // Saving is atomic: a crash or a full disk leaves the previous checkpoint intact. Loading trusts nothing:
@@ -32,10 +32,12 @@ class CheckpointError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The value of __metadata__["format"]; a reader of another layout must change the version. A "format"
-// starting with the name but with another version is rejected (a newer lenet-dp wrote it).
+// The value of __metadata__["format"]; a reader of another layout must change the version. Version 1
+// (no epoch_* or train_examples fields; the same tensors) loads as parameters only; any other version
+// is rejected (a newer lenet-dp wrote it).
 constexpr const char* kCheckpointFormatName = "lenet-dp checkpoint";
 constexpr const char* kCheckpointFormat = "lenet-dp checkpoint 2";
+constexpr const char* kCheckpointFormatParametersOnly = "lenet-dp checkpoint 1";
 // Our header is under 1 KiB. The cap keeps a corrupt length from making the loader allocate or parse
 // gigabytes (safetensors itself allows 100 MB).
 constexpr size_t kMaxCheckpointHeaderBytes = size_t{1} << 20;

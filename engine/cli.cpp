@@ -5,7 +5,6 @@
 #include <cmath>
 #include <csignal>
 #include <iostream>
-#include <filesystem>
 #include <memory>
 
 #include <CLI/CLI.hpp>
@@ -16,6 +15,7 @@
 #include "engine/cuda_naive_backend.hpp"
 #include "engine/cuda_probe.hpp"
 #include "engine/numbers.hpp"
+#include "engine/output_file.hpp"
 #include "graphs/cuda_check.hpp"
 #include "io/sampler.hpp"
 #include "model/gemm.hpp"
@@ -185,7 +185,9 @@ extern "C" void on_stop_signal(int signal) {
 void install_stop_handlers() {
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
-  sigemptyset(&action.sa_mask);
+  sigemptyset(&action.sa_mask);  // each blocks the other while it runs: two signals never both look first
+  sigaddset(&action.sa_mask, SIGINT);
+  sigaddset(&action.sa_mask, SIGTERM);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 }
@@ -245,17 +247,17 @@ int run_cli(int argc, const char* const* argv) {
       check_finite_parameters(checkpoint->parameters, o.resume_path);
       if (!checkpoint->state) {
         throw UsageError("--resume " + o.resume_path +
-                         ": parameters only, no lenet-dp training state in its __metadata__; start from them with --load");
+                         ": parameters only, no training state this lenet-dp can resume (a PyTorch file, or a checkpoint "
+                         "of an older lenet-dp); start from them with --load");
       }
       apply_resume_state(o, *checkpoint->state);
     }
-    if (!o.save_path.empty()) {  // fail now, not after the first epoch's minutes
-      const std::filesystem::path folder = std::filesystem::absolute(o.save_path).parent_path();
-      if (::access(folder.c_str(), W_OK) != 0)
-        throw CheckpointError(o.save_path + ": cannot write checkpoints into " + folder.string());
-      if (std::filesystem::is_directory(o.save_path))
-        throw CheckpointError(o.save_path + ": is a folder; --save needs a file name");
-    }
+    // Fail now, not after the first epoch's minutes.
+    if (const std::string problem = o.save_path.empty() ? "" : output_file_problem(o.save_path); !problem.empty())
+      throw CheckpointError(problem + " (--save)");
+    if (const std::string problem = o.train.metrics_path.empty() ? "" : output_file_problem(o.train.metrics_path);
+        !problem.empty())
+      throw io::DataError(problem + " (--metrics)");
     // --backend auto: CUDA when a device answers, else the CPU with a one-line notice. An error other
     // than "no driver" or "no device" is a broken installation, not an absent GPU.
     const CudaProbe probe = o.backend == "cpu" ? CudaProbe{} : probe_cuda();
@@ -294,6 +296,13 @@ int run_cli(int argc, const char* const* argv) {
         throw UsageError("--resume " + o.resume_path + ": " + std::to_string(st.step) + " steps and " +
                          std::to_string(st.epoch) + " epochs done do not fit " + std::to_string(batches) +
                          " minibatches per epoch; use the interrupted run's --train-limit");
+      }
+      const uint64_t into_epoch = st.step % batches;  // full minibatches done in the interrupted epoch
+      const EpochSoFar& so_far = st.epoch_so_far;
+      if (into_epoch == 0 ? so_far.loss_sum != 0 || so_far.correct != 0 || so_far.seconds != 0
+                          : so_far.correct > into_epoch * uint64_t(st.batch_size)) {
+        throw CheckpointError(o.resume_path + ": __metadata__ epoch_loss_sum, epoch_correct and epoch_seconds do not fit " +
+                              std::to_string(into_epoch) + " steps into an epoch");
       }
       if (st.step >= batches * uint64_t(o.train.epochs)) {
         throw UsageError("--resume " + o.resume_path + ": the run already did " + std::to_string(st.step) +

@@ -49,7 +49,7 @@ class CpuBackend final : public Backend {
   };
   std::vector<Replica> replicas_;
   std::vector<Worker> workers_;                  // one per thread
-  std::vector<std::vector<float>> chunk_grads_;  // grown to the most chunks a step has had
+  std::vector<std::vector<float>> chunk_grads_;  // one per chunk of a wave
   RingSchedule ring_;
   model::StepStats stats_;
   model::StepTracker tracker_;  // since the last take_train_stats()

@@ -140,17 +140,24 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
       return "step " + in_epoch(run_step) + " of " + std::to_string(batches) + " (step " + std::to_string(run_step) +
              " of the run)";
     };
-    // A step that diverged leaves a non-finite loss sum or non-finite parameters behind; never let them
-    // replace the last good checkpoint.
-    auto check_finite = [&](const model::StepStats& st, int64_t bad_step) {
-      if (std::isfinite(st.loss_sum) && all_finite(backend.parameters(0))) return;
-      const std::string where = bad_step >= 0 ? "at " + step_text(first_step + uint64_t(bad_step) + 1)
-                                              : "between steps " + in_epoch(first_step + 1) + " and " + in_epoch(step) +
-                                                    " of " + std::to_string(batches);
-      throw TrainingDiverged("non-finite " + std::string(std::isfinite(st.loss_sum) ? "parameters" : "training loss") +
-                             " in epoch " + std::to_string(e + 1) + ", " + where + "; try a smaller --lr");
-    };
     const Clock::time_point t0 = Clock::now();
+    // The epoch's training up to now (before a resume point too), once the enqueued work is done. Checked
+    // here, once per pass (the GPU modes keep the loss on the device): a step that diverged leaves a
+    // non-finite loss sum or non-finite parameters behind, which must never replace the last good checkpoint.
+    auto epoch_so_far = [&] {
+      backend.synchronize();
+      const double seconds = seconds_since(t0);
+      const int64_t bad_step = backend.first_nonfinite_step();
+      const model::StepStats st = backend.take_train_stats();
+      if (!std::isfinite(st.loss_sum) || !all_finite(backend.parameters(0))) {
+        const std::string where = bad_step >= 0 ? "at " + step_text(first_step + uint64_t(bad_step) + 1)
+                                                : "between steps " + in_epoch(first_step + 1) + " and " + in_epoch(step) +
+                                                      " of " + std::to_string(batches);
+        throw TrainingDiverged("non-finite " + std::string(std::isfinite(st.loss_sum) ? "parameters" : "training loss") +
+                               " in epoch " + std::to_string(e + 1) + ", " + where + "; try a smaller --lr");
+      }
+      return EpochSoFar{before.loss_sum + st.loss_sum, before.correct + uint64_t(st.correct), before.seconds + seconds};
+    };
     for (size_t b = static_cast<size_t>(step % batches); b < batches; ++b) {
       profiling::Range step_range("step");
       const io::BatchRange batch = sampler.batch(b);
@@ -160,26 +167,18 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
       bar.step(e + 1, b + 1, batches, examples, seconds_since(t0));
       // A stop after an epoch's last step waits for the epoch's evaluation, metrics and checkpoint below.
       if (b + 1 < batches && stop_signal() != 0) {
-        backend.synchronize();
-        const double seconds = seconds_since(t0);
-        const int64_t bad_step = backend.first_nonfinite_step();
-        const model::StepStats st = backend.take_train_stats();
-        check_finite(st, bad_step);
-        if (options.checkpoint)
-          options.checkpoint(e, step, {before.loss_sum + st.loss_sum, before.correct + st.correct, before.seconds + seconds});
+        const EpochSoFar so_far = epoch_so_far();
+        if (options.checkpoint) options.checkpoint(e, step, so_far);
         throw TrainingStopped(stop_signal(), "in epoch " + std::to_string(e + 1) + " after " + step_text(step));
       }
     }
+    const EpochSoFar whole = epoch_so_far();
     EpochMetrics m;
     m.epoch = e + 1;
-    backend.synchronize();
-    m.epoch_seconds = before.seconds + seconds_since(t0);
-    const int64_t bad_step = backend.first_nonfinite_step();
-    const model::StepStats st = backend.take_train_stats();
-    check_finite(st, bad_step);  // once per epoch: the GPU modes keep the loss on the device
+    m.epoch_seconds = whole.seconds;
     const double n = static_cast<double>(rows_before + examples);
-    m.train_loss = (before.loss_sum + st.loss_sum) / n;
-    m.train_acc = static_cast<double>(before.correct + st.correct) / n;
+    m.train_loss = whole.loss_sum / n;
+    m.train_acc = static_cast<double>(whole.correct) / n;
     m.examples_per_second = n / m.epoch_seconds;
     {
       profiling::Range eval_range("eval");

@@ -13,8 +13,6 @@
 #include <memory>
 #include <sstream>
 
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -24,6 +22,7 @@
 #include "engine/cuda_probe.hpp"
 #include "engine/cuda_ring.hpp"
 #include "engine/numbers.hpp"
+#include "engine/output_file.hpp"
 #include "io/dataset.hpp"
 #include "io/sampler.hpp"
 #include "model/cuda_memory.hpp"
@@ -351,11 +350,8 @@ int main(int argc, char** argv) {
       return 2;
     }
     // What could fail after the benchmark's minutes fails now: the output folders, the peers' rows.
-    for (const std::string& path : {o.json_path, o.markdown_path}) {
-      const std::filesystem::path folder = std::filesystem::absolute(path).parent_path();
-      if (std::filesystem::is_directory(path) || ::access(folder.c_str(), W_OK) != 0)
-        throw std::runtime_error(path + ": cannot write this output file (a folder, or in a folder not writable)");
-    }
+    for (const std::string& path : {o.json_path, o.markdown_path})
+      if (const std::string problem = engine::output_file_problem(path); !problem.empty()) throw std::runtime_error(problem);
     std::vector<profiling::BenchRow> peer_rows;
     for (const std::string& file : o.peers) {
       std::ifstream in(file);

@@ -28,6 +28,13 @@ budget=${LENET_CHECK_BUDGET:-450}
 epochs=${LENET_CHECK_EPOCHS:-10}
 phases=" ${LENET_CHECK_PHASES:-tests sanitizers experiment sweep bench cpu} "
 phase() { [[ $phases == *" $1 "* ]]; }
+for p in $phases; do
+  case $p in
+    tests | gputests | sanitizers | experiment | sweep | bench | cpu) ;;
+    *) echo "gpu-check.sh: unknown phase '$p' in LENET_CHECK_PHASES (tests gputests sanitizers experiment sweep bench cpu)" >&2
+       exit 2 ;;
+  esac
+done
 bundle=$root/.gpu-bundle
 build=$root/build-gpu
 results=()

@@ -135,7 +135,7 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   };
   EXPECT_EQ(run_bench("--json '" + (dir_ / "missing" / "b.json").string() + "'"), 1);
   std::string text = lenet::testing::slurp(dir_ / "err");
-  EXPECT_NE(text.find("cannot write this output file"), std::string::npos) << text;
+  EXPECT_NE(text.find("b.json: cannot write into the folder"), std::string::npos) << text;
   EXPECT_EQ(text.find("cpu R=1"), std::string::npos) << "benchmarked before failing: " << text;
   std::ofstream(dir_ / "bad-peer.json") << "{\"name\": \"x\"}";
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --peers '" + (dir_ / "bad-peer.json").string() + "'"), 1);

@@ -199,7 +199,7 @@ TEST_F(Cli, OutputFlagsThatCannotBeHonouredAreRefusedBeforeTraining) {
                      "--metrics: no epochs to record with --epochs 0");
   const Result r = run("--backend cpu --epochs 1 --train-limit 64 --test-limit 64 --save '" + dir_.string() + "'");
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.err.find("is a folder; --save needs a file name"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("is a folder, not a file name (--save)"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("epoch 1/1"), std::string::npos) << "refused only after training: " << r.err;
   // On the CPU --num-gpus is the replica count; the checkpoint's is 1.
   expect_usage_error("--backend cpu --epochs 2 --train-limit 64 --test-limit 64 --num-gpus 2 --resume '" + a + "'",
@@ -217,6 +217,19 @@ TEST_F(Cli, NonFiniteParametersToStartFromAreRefusedNamingTheTensor) {
     EXPECT_EQ(r.status, 1) << flag;
     EXPECT_NE(r.err.find(bad + ": fc1.weight[7] is nan; cannot start from non-finite parameters"), std::string::npos)
         << r.err;
+  }
+}
+
+TEST_F(Cli, EpochSoFarThatDoesNotFitTheStepIsRefused) {
+  const std::string f = (dir_ / "so-far.safetensors").string();
+  const std::vector<float> p = lenet::model::init_parameters<float>(1);
+  // 64 examples, batch 16: 4 steps an epoch. At an epoch's end nothing can be carried over; one step in,
+  // at most 16 rows can have been right.
+  for (const auto& [step, so_far] : {std::pair<uint64_t, lenet::engine::EpochSoFar>{4, {2.0, 3, 0.5}}, {5, {2.0, 17, 0.5}}}) {
+    lenet::engine::save_checkpoint(f, p, {int(step / 4), 3, 1, step, 0.2, 16, 1, 64, so_far});
+    const Result r = run("--backend cpu --quiet --train-limit 64 --test-limit 64 --resume '" + f + "'");
+    EXPECT_EQ(r.status, 1) << step;
+    EXPECT_NE(r.err.find("do not fit " + std::to_string(step % 4) + " steps into an epoch"), std::string::npos) << r.err;
   }
 }
 

@@ -62,39 +62,52 @@ std::vector<float> uninterrupted(std::vector<nlohmann::json>* records = nullptr)
   return b.parameters(0);
 }
 
-// Stops after `stop_after` steps with a checkpoint in a file, then resumes from that file. Both runs
-// write their metrics to one file, whose records go to `records` when given.
-std::vector<float> interrupted_and_resumed(uint64_t stop_after, std::vector<nlohmann::json>* records = nullptr) {
-  const fs::path file = temporary(".safetensors");
-  const fs::path metrics = temporary(".jsonl");
+// A run stopped after stops[0] of its steps and checkpointed to a file, resumed from that file and
+// stopped after stops[1] of its own steps, and so on; the last resumed run goes to the end. Every run
+// writes to one metrics file; the records go to `records`, each stop's epoch_so_far to `saved`. With
+// `forget_so_far`, the resumed runs ignore the checkpoint's epoch_so_far (a guard for the tests).
+struct Interrupted {
+  std::vector<float> parameters;
+  std::vector<nlohmann::json> records;
+  std::vector<engine::EpochSoFar> saved;
+};
+
+Interrupted interrupted_and_resumed(const std::vector<uint64_t>& stops, bool forget_so_far = false) {
+  const fs::path file = temporary(".safetensors"), metrics = temporary(".jsonl");
   std::ostringstream log;
-  {
-    engine::CpuBackend b(2, model::init_parameters<float>(options().seed));
+  Interrupted out;
+  out.parameters = model::init_parameters<float>(options().seed);
+  engine::TrainingState st;  // step 0, nothing carried over
+  uint64_t stopped_at = 0;
+  for (size_t run = 0; run <= stops.size(); ++run) {
+    engine::CpuBackend b(2, out.parameters);
     engine::TrainOptions o = options();
     o.metrics_path = metrics.string();
+    o.start_step = st.step;
+    if (!forget_so_far) o.start_so_far = st.epoch_so_far;
+    if (run == stops.size()) {
+      engine::train(b, data(), o, log, false);
+      out.parameters = b.parameters(0);
+      break;
+    }
     uint64_t steps = 0;
-    o.stop_requested = [&] { return ++steps == stop_after ? 2 : 0; };
+    o.stop_requested = [&steps, stop = stops[run]] { return ++steps == stop ? 2 : 0; };
     o.checkpoint = [&](int epoch, uint64_t step, const engine::EpochSoFar& so_far) {
       engine::save_checkpoint(file.string(), b.parameters(0),
                               {epoch, o.epochs, o.seed, step, o.lr, o.batch_size, 2, data().train.size(), so_far});
     };
     EXPECT_THROW(engine::train(b, data(), o, log, false), engine::TrainingStopped);
+    const engine::Checkpoint c = engine::load_checkpoint(file.string());
+    st = c.state.value();  // throws, failing the test, if the state is missing
+    stopped_at += stops[run];
+    EXPECT_EQ(st.step, stopped_at);
+    EXPECT_EQ(st.epoch, int(stopped_at / 16));
+    out.parameters = c.parameters;
+    out.saved.push_back(st.epoch_so_far);
   }
-  const engine::Checkpoint c = engine::load_checkpoint(file.string());
   fs::remove(file);
-  const engine::TrainingState st = c.state.value();  // throws, failing the test, if the state is missing
-  EXPECT_EQ(st.step, stop_after);
-  EXPECT_EQ(st.epoch, int(stop_after / 16));
-  engine::CpuBackend b(2, c.parameters);
-  engine::TrainOptions o = options();
-  o.start_step = st.step;
-  o.start_so_far = st.epoch_so_far;
-  o.metrics_path = metrics.string();
-  const engine::TrainResult r = engine::train(b, data(), o, log, false);
-  EXPECT_EQ(r.epochs.size(), size_t(o.epochs - int(stop_after / 16)));
-  const std::vector<nlohmann::json> written = read_records(metrics);
-  if (records != nullptr) *records = written;
-  return b.parameters(0);
+  out.records = read_records(metrics);
+  return out;
 }
 
 // The resumed run's records say what the uninterrupted run's say, except the time taken: the epoch
@@ -113,33 +126,43 @@ void expect_same_records(const std::vector<nlohmann::json>& resumed, const std::
   }
 }
 
-TEST(Resume, MidEpochEqualsUninterruptedIncludingTheInterruptedEpochsRecord) {
-  std::vector<nlohmann::json> resumed, whole;
-  EXPECT_EQ(interrupted_and_resumed(5, &resumed), uninterrupted(&whole));
-  expect_same_records(resumed, whole);
+// Interrupted at `stops` and resumed, the parameters and records equal the uninterrupted run's.
+Interrupted expect_same_as_uninterrupted(const std::vector<uint64_t>& stops) {
+  std::vector<nlohmann::json> whole;
+  const std::vector<float> want = uninterrupted(&whole);
+  Interrupted got = interrupted_and_resumed(stops);
+  EXPECT_EQ(got.parameters, want);
+  expect_same_records(got.records, whole);
+  return got;
 }
+
+TEST(Resume, MidEpochEqualsUninterruptedIncludingTheInterruptedEpochsRecord) { expect_same_as_uninterrupted({5}); }
 
 TEST(Resume, AtEpochEndEqualsUninterruptedAndKeepsTheEpochsRecord) {
-  std::vector<nlohmann::json> resumed, whole;
-  EXPECT_EQ(interrupted_and_resumed(16, &resumed), uninterrupted(&whole));
-  // A stop after an epoch's last step still evaluates and records that epoch.
-  expect_same_records(resumed, whole);
+  // A stop after an epoch's last step still evaluates and records that epoch, and carries nothing over.
+  EXPECT_EQ(expect_same_as_uninterrupted({16}).saved.at(0).correct, 0u);
 }
 
-TEST(Resume, TheInterruptedEpochsMetricsCountTheStepsBeforeTheStop) {
-  // Guards the test above: a resumed epoch that forgot the checkpoint's epoch_so_far would report the
-  // loss and accuracy of its last 11 steps only.
+TEST(Resume, StoppedTwiceInOneEpochStillRecordsTheWholeEpoch) {
+  const Interrupted got = expect_same_as_uninterrupted({5, 4});  // steps 1-5, 6-9, then 10-32
+  // The second checkpoint carries the first one's part of the epoch on: 9 steps' counts and seconds.
+  ASSERT_EQ(got.saved.size(), 2u);
+  EXPECT_GT(got.saved[1].correct, got.saved[0].correct);
+  EXPECT_GT(got.saved[1].loss_sum, got.saved[0].loss_sum);
+  EXPECT_GT(got.saved[1].seconds, got.saved[0].seconds);
+  EXPECT_GT(got.records[0]["epoch_seconds"].get<double>(), got.saved[1].seconds);
+}
+
+TEST(Resume, ForgettingTheCheckpointsEpochSoFarChangesTheRecord) {
+  // Guards the tests above: the same resumed parameters, but the interrupted epoch's loss and hits
+  // before the stop left out, must give another record.
   std::vector<nlohmann::json> whole;
-  uninterrupted(&whole);
-  engine::CpuBackend b(2, model::init_parameters<float>(options().seed));
-  engine::TrainOptions o = options();
-  o.start_step = 5;
-  o.metrics_path = temporary(".jsonl").string();
-  std::ostringstream log;
-  engine::train(b, data(), o, log, false);
-  const std::vector<nlohmann::json> forgetful = read_records(o.metrics_path);
-  ASSERT_EQ(forgetful.size(), 2u);
-  EXPECT_NE(forgetful[0]["train_acc"], whole[0]["train_acc"]);
+  const std::vector<float> want = uninterrupted(&whole);
+  const Interrupted got = interrupted_and_resumed({5}, true);
+  EXPECT_EQ(got.parameters, want);
+  ASSERT_EQ(got.records.size(), 2u);
+  EXPECT_NE(got.records[0]["train_acc"], whole[0]["train_acc"]);
+  EXPECT_NE(got.records[0]["train_loss"], whole[0]["train_loss"]);
 }
 
 TEST(Resume, StopNeverCheckpointsNonFiniteParameters) {
