@@ -9,8 +9,9 @@
 // and "__metadata__" to string values: "format" and the TrainingState fields.
 //
 // Any other safetensors file holding exactly these eight float32 tensors loads too, as parameters only
-// (no training state), and so does a checkpoint of format 1: what PyTorch's `safetensors.torch.save_file(model.state_dict(), ...)` writes for
-// the source text's network, with no "__metadata__" or with a "format" of its own.
+// (no training state): what PyTorch's `safetensors.torch.save_file(model.state_dict(), ...)` writes for
+// the source text's network, with no "__metadata__" or with a "format" of its own, and a checkpoint of
+// format 1 (an older lenet-dp's).
 //
 // Saving is atomic: a crash or a full disk leaves the previous checkpoint intact. Loading trusts nothing:
 // every malformed byte sequence becomes a CheckpointError naming the file and the problem.
