@@ -18,6 +18,12 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Loss sum and correct count of the rows trained, and among those steps the index of the first whose
+// loss was not finite, else -1 (tracked where each step's loss is summed: on a GPU, on the device).
+struct TrainStats : model::StepStats {
+  int64_t first_nonfinite_step = -1;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -28,12 +34,9 @@ class Backend {
   // One step on the minibatch data[idx[0..rows)): split over the replicas, gradients summed across them,
   // every replica updated with w -= lr * g / rows.
   virtual void train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) = 0;
-  // Loss sum and correct count of the rows trained since the last call (read once per epoch, so a GPU
-  // backend need not synchronise per step for them).
-  virtual model::StepStats take_train_stats() = 0;
-  // Among the steps since the last take_train_stats(), the index of the first whose loss was not
-  // finite, else -1 (tracked where each step's loss is summed: on a GPU, on the device).
-  virtual int64_t first_nonfinite_step() = 0;
+  // What the steps since the last call add up to, and the counts set back to zero (read once per
+  // epoch, so a GPU backend need not synchronise per step for them).
+  virtual TrainStats take_train_stats() = 0;
   // Returns when all enqueued work has finished (the end of an epoch's timed training pass).
   virtual void synchronize() {}
   // Correct predictions over the whole split. batch_size is the training minibatch; a backend may

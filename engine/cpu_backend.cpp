@@ -116,9 +116,11 @@ void CpuBackend::train_step(const io::Split& data, const uint32_t* idx, int rows
   }
 }
 
-model::StepStats CpuBackend::take_train_stats() {
-  tracker_ = {};
-  return std::exchange(stats_, model::StepStats{});
+TrainStats CpuBackend::take_train_stats() {
+  TrainStats out;
+  static_cast<model::StepStats&>(out) = std::exchange(stats_, model::StepStats{});
+  out.first_nonfinite_step = model::first_bad_step(std::exchange(tracker_, model::StepTracker{}));
+  return out;
 }
 
 // In chunks of kCpuChunkRows rather than minibatches: the count is the same for any batching.

@@ -28,8 +28,7 @@ class CpuBackend final : public Backend {
   std::string mode() const override { return "cpu"; }
   std::vector<std::string> devices() const override;
   void train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) override;
-  model::StepStats take_train_stats() override;
-  int64_t first_nonfinite_step() override { return model::first_bad_step(tracker_); }
+  TrainStats take_train_stats() override;
   // On replica 0, as the source text evaluates on its first device.
   int64_t count_correct(const io::Split& data, int batch_size) override;
   std::vector<float> parameters(int replica) const override;

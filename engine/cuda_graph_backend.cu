@@ -250,26 +250,20 @@ void CudaGraphBackend::synchronize() {
   }
 }
 
-model::StepStats CudaGraphBackend::take_train_stats() {
+TrainStats CudaGraphBackend::take_train_stats() {
   synchronize();  // replays run on the root stream: all of them must be done before reading
-  model::StepStats total;
+  TrainStats total;
   for (auto& rep : replicas_) {
     const model::StepStats st = rep->net->read_stats(cuda::CudaLenet::kTrainStats);
     total.loss_sum += st.loss_sum;
     total.correct += st.correct;
+    total.first_nonfinite_step = model::earlier_bad_step(total.first_nonfinite_step, rep->net->first_nonfinite_step());
     rep->net->zero_stats(cuda::CudaLenet::kTrainStats);
   }
   // Work enqueued outside the graphs on replica streams is not ordered before the next replay (which
   // is ordered only after the root stream): finish it here.
   synchronize();
   return total;
-}
-
-int64_t CudaGraphBackend::first_nonfinite_step() {
-  synchronize();  // as in take_train_stats: the replays run on the root stream
-  int64_t first = -1;
-  for (const auto& rep : replicas_) first = model::earlier_bad_step(first, rep->net->first_nonfinite_step());
-  return first;
 }
 
 void CudaGraphBackend::prepare_evaluation(const io::Split& data) {

@@ -28,8 +28,7 @@ class CudaGraphBackend final : public Backend {
   std::string mode() const override { return "graph"; }
   std::vector<std::string> devices() const override;
   void train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) override;
-  model::StepStats take_train_stats() override;
-  int64_t first_nonfinite_step() override;
+  TrainStats take_train_stats() override;
   void synchronize() override;
   // On all replicas in parallel, each on its share of the examples, kept on the device after the first
   // call, in batches of the replica's captured row count rather than batch_size (no other cuDNN set-up).

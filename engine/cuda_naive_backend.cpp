@@ -116,21 +116,16 @@ void CudaNaiveBackend::synchronize() {
   }
 }
 
-model::StepStats CudaNaiveBackend::take_train_stats() {
-  model::StepStats total;
+TrainStats CudaNaiveBackend::take_train_stats() {
+  TrainStats total;
   for (auto& rep : replicas_) {
     const model::StepStats st = rep->read_stats(cuda::CudaLenet::kTrainStats);
     total.loss_sum += st.loss_sum;
     total.correct += st.correct;
+    total.first_nonfinite_step = model::earlier_bad_step(total.first_nonfinite_step, rep->first_nonfinite_step());
     rep->zero_stats(cuda::CudaLenet::kTrainStats);
   }
   return total;
-}
-
-int64_t CudaNaiveBackend::first_nonfinite_step() {
-  int64_t first = -1;
-  for (const auto& rep : replicas_) first = model::earlier_bad_step(first, rep->first_nonfinite_step());
-  return first;
 }
 
 int64_t CudaNaiveBackend::count_correct(const io::Split& data, int batch_size) {

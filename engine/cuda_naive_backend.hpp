@@ -29,8 +29,7 @@ class CudaNaiveBackend final : public Backend {
   std::string mode() const override { return "naive"; }
   std::vector<std::string> devices() const override;
   void train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) override;
-  model::StepStats take_train_stats() override;
-  int64_t first_nonfinite_step() override;
+  TrainStats take_train_stats() override;
   void synchronize() override;
   int64_t count_correct(const io::Split& data, int batch_size) override;
   std::vector<float> parameters(int replica) const override;

@@ -147,9 +147,9 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
     auto epoch_so_far = [&] {
       backend.synchronize();
       const double seconds = seconds_since(t0);
-      const int64_t bad_step = backend.first_nonfinite_step();
-      const model::StepStats st = backend.take_train_stats();
+      const TrainStats st = backend.take_train_stats();
       if (!std::isfinite(st.loss_sum) || !all_finite(backend.parameters(0))) {
+        const int64_t bad_step = st.first_nonfinite_step;
         const std::string where = bad_step >= 0 ? "at " + step_text(first_step + uint64_t(bad_step) + 1)
                                                 : "between steps " + in_epoch(first_step + 1) + " and " + in_epoch(step) +
                                                       " of " + std::to_string(batches);
