@@ -1,10 +1,10 @@
 #include "model/cpu_layers.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 
 #include "model/gemm.hpp"
+#include "model/softmax_row.hpp"
 
 namespace lenet::model {
 namespace {
@@ -180,18 +180,8 @@ T softmax_xent(int n, int classes, const T* logits, const int32_t* labels, T* dl
       std::fill(dz, dz + classes, T(0));
       continue;
     }
-    int best = 0;
-    for (int c = 1; c < classes; ++c)
-      if (z[c] > z[best]) best = c;
-    const T zmax = z[best];
-    T sum = T(0);
-    for (int c = 0; c < classes; ++c) {
-      dz[c] = std::exp(z[c] - zmax);
-      sum += dz[c];
-    }
-    for (int c = 0; c < classes; ++c) dz[c] /= sum;
-    dz[labels[i]] -= T(1);
-    loss += std::log(sum) - (z[labels[i]] - zmax);
+    const int best = argmax_row(z, classes);
+    loss += softmax_xent_row(z, labels[i], classes, best, dz);
     hits += best == labels[i];
   }
   if (correct != nullptr) *correct = hits;

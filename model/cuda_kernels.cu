@@ -1,8 +1,7 @@
 #include "model/cuda_kernels.hpp"
 
-#include <cfloat>
-
 #include "graphs/cuda_check.hpp"
+#include "model/softmax_row.hpp"
 #include "model/step_tracker.hpp"
 
 namespace lenet::cuda {
@@ -33,31 +32,16 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
     row_correct[r] = 0;
     return;
   }
-  int best = 0;
-  for (int c = 1; c < classes; ++c)
-    if (z[c] > z[best]) best = c;
-  const float zmax = z[best];
-  float sum = 0.f;
-  for (int c = 0; c < classes; ++c) {
-    dz[c] = expf(z[c] - zmax);
-    sum += dz[c];
-  }
-  for (int c = 0; c < classes; ++c) dz[c] /= sum;
-  const int label = labels[r];
-  dz[label] -= 1.f;
-  row_loss[r] = logf(sum) - (z[label] - zmax);
-  row_correct[r] = best == label ? 1 : 0;
+  const int best = model::argmax_row(z, classes);
+  row_loss[r] = model::softmax_xent_row(z, labels[r], classes, best, dz);
+  row_correct[r] = best == labels[r] ? 1 : 0;
 }
 
 __global__ void count_correct_kernel(const float* logits, const int32_t* labels, int rows, int classes,
                                      int32_t* row_correct) {
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows) return;
-  const float* z = logits + static_cast<size_t>(r) * classes;
-  int best = 0;
-  for (int c = 1; c < classes; ++c)
-    if (z[c] > z[best]) best = c;
-  row_correct[r] = best == labels[r] ? 1 : 0;
+  row_correct[r] = model::argmax_row(logits + static_cast<size_t>(r) * classes, classes) == labels[r] ? 1 : 0;
 }
 
 __global__ void accumulate_stats_kernel(const float* row_loss, const int32_t* row_correct, int rows,

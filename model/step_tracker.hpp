@@ -3,14 +3,9 @@
 // step although the host reads the loss only once per epoch. One definition for both, so the CPU tests
 // check the rule the kernel runs.
 #pragma once
-#include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define LENET_HOST_DEVICE __host__ __device__
-#else
-#define LENET_HOST_DEVICE
-#endif
+#include "model/host_device.hpp"
 
 namespace lenet::model {
 
@@ -19,14 +14,6 @@ struct StepTracker {
   int32_t steps = 0;               // steps seen since the reset
   int32_t first_bad_plus_one = 0;  // 1 + the index of the first whose loss was not finite; 0: none yet
 };
-
-LENET_HOST_DEVICE inline bool finite_value(double x) {
-#if defined(__CUDA_ARCH__)
-  return isfinite(x);
-#else
-  return std::isfinite(x);
-#endif
-}
 
 // Counts one step with the given loss (one replica's share, or the whole step's).
 LENET_HOST_DEVICE inline void track_step(StepTracker& t, double step_loss) {
