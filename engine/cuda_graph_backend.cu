@@ -252,14 +252,9 @@ void CudaGraphBackend::synchronize() {
 
 TrainStats CudaGraphBackend::take_train_stats() {
   synchronize();  // replays run on the root stream: all of them must be done before reading
-  TrainStats total;
-  for (auto& rep : replicas_) {
-    const model::StepStats st = rep->net->read_stats(cuda::CudaLenet::kTrainStats);
-    total.loss_sum += st.loss_sum;
-    total.correct += st.correct;
-    total.first_nonfinite_step = model::earlier_bad_step(total.first_nonfinite_step, rep->net->first_nonfinite_step());
-    rep->net->zero_stats(cuda::CudaLenet::kTrainStats);
-  }
+  std::vector<cuda::CudaLenet*> nets;
+  for (auto& rep : replicas_) nets.push_back(rep->net.get());
+  const TrainStats total = engine::take_train_stats(nets);
   // Work enqueued outside the graphs on replica streams is not ordered before the next replay (which
   // is ordered only after the root stream): finish it here.
   synchronize();

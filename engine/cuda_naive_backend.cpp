@@ -117,15 +117,9 @@ void CudaNaiveBackend::synchronize() {
 }
 
 TrainStats CudaNaiveBackend::take_train_stats() {
-  TrainStats total;
-  for (auto& rep : replicas_) {
-    const model::StepStats st = rep->read_stats(cuda::CudaLenet::kTrainStats);
-    total.loss_sum += st.loss_sum;
-    total.correct += st.correct;
-    total.first_nonfinite_step = model::earlier_bad_step(total.first_nonfinite_step, rep->first_nonfinite_step());
-    rep->zero_stats(cuda::CudaLenet::kTrainStats);
-  }
-  return total;
+  std::vector<cuda::CudaLenet*> nets;
+  for (auto& rep : replicas_) nets.push_back(rep.get());
+  return engine::take_train_stats(nets);
 }
 
 int64_t CudaNaiveBackend::count_correct(const io::Split& data, int batch_size) {

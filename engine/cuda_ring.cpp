@@ -58,6 +58,19 @@ std::string describe_replica(size_t index, const cuda::CudaLenet& net) {
          net.algorithms();
 }
 
+TrainStats take_train_stats(const std::vector<cuda::CudaLenet*>& replicas) {
+  TrainStats total;
+  for (cuda::CudaLenet* net : replicas) {
+    int64_t bad = -1;
+    const model::StepStats st = net->read_stats(cuda::CudaLenet::kTrainStats, &bad);
+    total.loss_sum += st.loss_sum;
+    total.correct += st.correct;
+    total.first_nonfinite_step = model::earlier_bad_step(total.first_nonfinite_step, bad);
+    net->zero_stats(cuda::CudaLenet::kTrainStats);
+  }
+  return total;
+}
+
 void enqueue_ring_allreduce(const RingSchedule& schedule, const std::vector<RingMember>& members) {
   if (members.size() != static_cast<size_t>(schedule.replicas())) {
     throw std::invalid_argument("enqueue_ring_allreduce: " + std::to_string(members.size()) + " members for " +

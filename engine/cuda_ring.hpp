@@ -1,13 +1,15 @@
 // The ring allreduce schedule of ring.hpp executed on GPUs: each transfer is a copy (peer copy across
 // devices, device-to-device copy for replicas sharing a GPU) on the receiver's stream, followed by an
 // add kernel for reduce-scatter steps, and replicas are ordered by events only, so it can run eagerly or
-// inside a captured graph.
+// inside a captured graph. Also what the naive and graph modes share besides the allreduce: peer access,
+// the replica log line, and reading the training statistics.
 #pragma once
 #include <cuda_runtime_api.h>
 
 #include <string>
 #include <vector>
 
+#include "engine/backend.hpp"
 #include "engine/ring.hpp"
 
 namespace lenet::cuda {
@@ -22,6 +24,10 @@ void enable_peer_access(int num_gpus);
 
 // One line for the log: where a replica runs and which cuDNN algorithms it chose.
 std::string describe_replica(size_t index, const cuda::CudaLenet& net);
+
+// The replicas' training statistics since the last call, summed, with the earliest step whose loss was
+// not finite on any of them; their counts are set back to zero (on each replica's stream).
+TrainStats take_train_stats(const std::vector<cuda::CudaLenet*>& replicas);
 
 struct RingMember {
   int device = 0;

@@ -391,18 +391,15 @@ void CudaLenet::zero_stats(Slot slot) {
   if (slot == kTrainStats) LENET_CUDA_CHECK(cudaMemsetAsync(tracker_.get(), 0, tracker_.bytes(), ctx_.stream()));
 }
 
-int64_t CudaLenet::first_nonfinite_step() const {
-  DeviceGuard guard(ctx_.device());
-  LENET_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
-  return model::first_bad_step(tracker_.download()[0]);
-}
-
-model::StepStats CudaLenet::read_stats(Slot slot) const {
+model::StepStats CudaLenet::read_stats(Slot slot, int64_t* first_nonfinite_step) const {
   DeviceGuard guard(ctx_.device());
   LENET_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
   model::StepStats st;
   st.loss_sum = loss_sum_.download(1, slot)[0];
   st.correct = static_cast<int64_t>(correct_.download(1, slot)[0]);
+  if (first_nonfinite_step != nullptr) {
+    *first_nonfinite_step = slot == kTrainStats ? model::first_bad_step(tracker_.download()[0]) : -1;
+  }
   return st;
 }
 

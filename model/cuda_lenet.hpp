@@ -79,10 +79,9 @@ class CudaLenet {
   void backward(int rows, const float* x = nullptr);  // gradients of the summed loss, overwritten
   const float* logits() const { return logits_.get(); }
   void zero_stats(Slot slot);
-  model::StepStats read_stats(Slot slot) const;  // synchronous
-  // Among the training steps since zero_stats(kTrainStats), the index of the first whose loss on this
-  // replica was not finite, or -1 (synchronous).
-  int64_t first_nonfinite_step() const;
+  // Synchronous. For kTrainStats, `first_nonfinite_step` (if given) receives the index, among the steps
+  // since zero_stats, of the first whose loss on this replica was not finite, or -1.
+  model::StepStats read_stats(Slot slot, int64_t* first_nonfinite_step = nullptr) const;
 
   HostActivations download_activations(int rows) const;
   // The chosen convolution algorithms, for the log.
