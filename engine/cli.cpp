@@ -126,7 +126,9 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   app.add_option("--save", o.save_path, "Write the parameters and training state to FILE (safetensors) after every epoch")
       ->type_name("FILE");
   app.add_option("--load", o.load_path, "Start from the parameters in FILE; with --epochs 0 only evaluate them")->type_name("FILE");
-  app.add_option("--resume", o.resume_path, "Continue the run checkpointed in FILE up to --epochs in total")->type_name("FILE");
+  app.add_option("--resume", o.resume_path,
+                 "Continue the run checkpointed in FILE up to --epochs in total, checkpointing to FILE unless --save is given")
+      ->type_name("FILE");
   app.set_version_flag("--version", version_text());
   try {
     app.parse(argc, argv);
@@ -252,9 +254,12 @@ int run_cli(int argc, const char* const* argv) {
       }
       apply_resume_state(o, *checkpoint->state);
     }
+    // The resumed run goes on checkpointing where the interrupted one did, unless --save says otherwise.
+    const bool save_implied = o.save_path.empty() && !o.resume_path.empty();
+    if (save_implied) o.save_path = o.resume_path;
     // Fail now, not after the first epoch's minutes.
     if (const std::string problem = o.save_path.empty() ? "" : output_file_problem(o.save_path); !problem.empty())
-      throw CheckpointError(problem + " (--save)");
+      throw CheckpointError(problem + (save_implied ? " (--resume saves there; name another file with --save)" : " (--save)"));
     if (const std::string problem = o.train.metrics_path.empty() ? "" : output_file_problem(o.train.metrics_path);
         !problem.empty())
       throw io::DataError(problem + " (--metrics)");
