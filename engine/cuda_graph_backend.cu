@@ -146,11 +146,17 @@ CudaGraphBackend::CudaGraphBackend(const CudaPlacement& placement, const std::ve
   for (auto& rep : replicas_) rep->net->zero_stats(cuda::CudaLenet::kTrainStats);
   synchronize();
 
-  // Capture once per staging slot; training only replays these.
+  // Capture once per staging slot; training only replays these. A library call that cannot be
+  // captured (one that synchronises or allocates) fails here, named, with the way around it.
   for (int s = 0; s < kSlots; ++s) {
-    cuda::Capture capture(replicas_[0]->compute);
-    enqueue_step(s);
-    step_graphs_[static_cast<size_t>(s)] = capture.finish();
+    try {
+      cuda::Capture capture(replicas_[0]->compute);
+      enqueue_step(s);
+      step_graphs_[static_cast<size_t>(s)] = capture.finish();
+    } catch (const cuda::CudaError& e) {
+      throw cuda::CudaError(std::string("capturing the training step into a CUDA graph failed: ") + e.what() +
+                            "; --mode naive trains without graphs");
+    }
     step_graphs_[static_cast<size_t>(s)].upload(replicas_[0]->compute.get());
   }
   synchronize();

@@ -36,7 +36,8 @@ void set4d(cudnnTensorDescriptor_t d, int n, int c, int h, int w) {
 // documentation), rounding every input to 10 mantissa bits and breaking the comparison with the CPU
 // backend. Algorithms the query reports with FMA math come first; those it reports with default math
 // follow (some cuDNN versions report plain fp32 kernels that way), still run under FMA; tensor-op
-// ones never. An algorithm FMA cannot run fails its workspace query and is skipped by pick().
+// ones never. An algorithm FMA cannot run is skipped by pick(): its workspace query or its trial run
+// fails.
 template <typename Perf>
 std::vector<int> fp32_deterministic(const Perf* perf, int count) {
   std::vector<int> algos;
@@ -188,10 +189,21 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
   cudnnHandle_t h = ctx_.cudnn();
   size_t workspace = 0;
 
-  // The first candidate whose workspace query succeeds for every row count, within the cap.
+  // The trial runs read and write the replica's own buffers: zero them first (the start parameters
+  // are uploaded later, and whatever a trial leaves is overwritten before it is read).
+  for (const DeviceBuffer<float>* b : {&params_, &grads_, &x_, &a1_, &da1_, &p1_, &dp1_, &a2_, &da2_})
+    LENET_CUDA_CHECK(cudaMemset(b->get(), 0, b->bytes()));
+  LENET_CUDA_CHECK(cudaDeviceSynchronize());  // the memsets ran on the legacy stream, the trials on ctx_'s
+  const model::LenetView<float> p = model::view(params_.get());
+  const model::LenetView<float> g = model::view(grads_.get());
+
+  // The first candidate whose workspace query succeeds for every row count, within the cap, and that
+  // then runs once at the largest row count: a heuristic's list is not a promise that an algorithm
+  // runs under FMA math, and a failure here is a skipped candidate instead of a failed training step.
   // The descriptor's math type is CUDNN_FMA_MATH from the algorithm query on (the callers set it).
   auto pick = [&](const char* what, const std::vector<int>& candidates,
-                  const std::function<cudnnStatus_t(int, size_t*)>& query) -> int {
+                  const std::function<cudnnStatus_t(int, size_t*)>& query,
+                  const std::function<cudnnStatus_t(int, void*, size_t)>& run) -> int {
     for (const int algo : candidates) {
       size_t need = 0;
       bool ok = true;
@@ -205,6 +217,13 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
         need = std::max(need, bytes);
       }
       if (!ok) continue;
+      set_batch_descriptors(max_rows_);
+      const DeviceBuffer<char> scratch(ctx_.device(), std::max<size_t>(need, 1));
+      if (run(algo, scratch.get(), need) != CUDNN_STATUS_SUCCESS) {
+        cudaGetLastError();  // a failed launch inside cuDNN must not surface at our next check
+        continue;
+      }
+      LENET_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));  // before the scratch workspace is freed
       workspace = std::max(workspace, need);
       algorithms_ += std::string(algorithms_.empty() ? "" : ", ") + what + " " + std::to_string(algo);
       return algo;
@@ -216,8 +235,8 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
   // One query per convolution and direction, at the largest row count, then pick() as above.
   constexpr int kMaxAlgos = 16;
   int returned = 0;
-  auto forward = [&](const char* what, cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t x,
-                     cudnnFilterDescriptor_t w, cudnnTensorDescriptor_t y) {
+  auto forward = [&](const char* what, cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t x, const float* xd,
+                     cudnnFilterDescriptor_t w, const float* wd, cudnnTensorDescriptor_t y, float* yd) {
     cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
     set_batch_descriptors(max_rows_);
     LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
@@ -226,10 +245,14 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
         pick(what, fp32_deterministic(perf, returned), [&](int a, size_t* bytes) {
           return cudnnGetConvolutionForwardWorkspaceSize(h, x, w, conv, y, static_cast<cudnnConvolutionFwdAlgo_t>(a),
                                                          bytes);
+        }, [&](int a, void* ws, size_t bytes) {
+          return cudnnConvolutionForward(h, &kOne, x, xd, w, wd, conv, static_cast<cudnnConvolutionFwdAlgo_t>(a), ws,
+                                         bytes, &kZero, y, yd);
         }));
   };
   auto backward_filter = [&](const char* what, cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t x,
-                             cudnnTensorDescriptor_t dy, cudnnFilterDescriptor_t dw) {
+                             const float* xd, cudnnTensorDescriptor_t dy, const float* dyd, cudnnFilterDescriptor_t dw,
+                             float* dwd) {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
     set_batch_descriptors(max_rows_);
     LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
@@ -238,10 +261,14 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
         pick(what, fp32_deterministic(perf, returned), [&](int a, size_t* bytes) {
           return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, dy, conv, dw,
                                                                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(a), bytes);
+        }, [&](int a, void* ws, size_t bytes) {
+          return cudnnConvolutionBackwardFilter(h, &kOne, x, xd, dy, dyd, conv,
+                                                static_cast<cudnnConvolutionBwdFilterAlgo_t>(a), ws, bytes, &kZero, dw, dwd);
         }));
   };
   auto backward_data = [&](const char* what, cudnnConvolutionDescriptor_t conv, cudnnFilterDescriptor_t w,
-                           cudnnTensorDescriptor_t dy, cudnnTensorDescriptor_t dx) {
+                           const float* wd, cudnnTensorDescriptor_t dy, const float* dyd, cudnnTensorDescriptor_t dx,
+                           float* dxd) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
     set_batch_descriptors(max_rows_);
     LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
@@ -250,13 +277,19 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
         pick(what, fp32_deterministic(perf, returned), [&](int a, size_t* bytes) {
           return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, dy, conv, dx,
                                                               static_cast<cudnnConvolutionBwdDataAlgo_t>(a), bytes);
+        }, [&](int a, void* ws, size_t bytes) {
+          return cudnnConvolutionBackwardData(h, &kOne, w, wd, dy, dyd, conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(a),
+                                              ws, bytes, &kZero, dx, dxd);
         }));
   };
-  fwd1_ = forward("conv1 forward", conv1_fwd_, x_desc_, w1_desc_, a1_desc_);
-  fwd2_ = forward("conv2 forward", conv2_fwd_, p1_desc_, w2_desc_, a2_desc_);
-  bwf1_ = backward_filter("conv1 backward filter", conv1_bwf_, x_desc_, a1_desc_, w1_desc_);
-  bwf2_ = backward_filter("conv2 backward filter", conv2_bwf_, p1_desc_, a2_desc_, w2_desc_);
-  bwd2_ = backward_data("conv2 backward data", conv2_bwd_, w2_desc_, a2_desc_, p1_desc_);
+  fwd1_ = forward("conv1 forward", conv1_fwd_, x_desc_, x_.get(), w1_desc_, p.conv1_w, a1_desc_, a1_.get());
+  fwd2_ = forward("conv2 forward", conv2_fwd_, p1_desc_, p1_.get(), w2_desc_, p.conv2_w, a2_desc_, a2_.get());
+  bwf1_ = backward_filter("conv1 backward filter", conv1_bwf_, x_desc_, x_.get(), a1_desc_, da1_.get(), w1_desc_,
+                          g.conv1_w);
+  bwf2_ = backward_filter("conv2 backward filter", conv2_bwf_, p1_desc_, p1_.get(), a2_desc_, da2_.get(), w2_desc_,
+                          g.conv2_w);
+  bwd2_ = backward_data("conv2 backward data", conv2_bwd_, w2_desc_, p.conv2_w, a2_desc_, da2_.get(), p1_desc_,
+                        dp1_.get());
   workspace_ = DeviceBuffer<char>(ctx_.device(), std::max<size_t>(workspace, 1));
   checked_rows_.assign(static_cast<size_t>(max_rows_) + 1, 0);
   for (int r : rows) checked_rows_[static_cast<size_t>(r)] = 1;

@@ -125,18 +125,23 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
   row.examples_per_second = double(data.train.size()) / *row.seconds_per_epoch;
   row.host_enqueue_ms_per_step = host / double(steps) * 1e3;
   if (traced) {
+    auto untraced = [&](const std::string& why) {
+      std::cerr << "lenet-bench: " << why << "; the traced columns of " << row.name << " stay empty" << std::endl;
+      row.test_acc = row.test_acc_per_epoch.back();
+      return row;
+    };
     profiling::CuptiTrace trace;
     std::vector<uint64_t> step_starts;
     try {
       trace.start();
     } catch (const std::exception& e) {
-      std::cerr << "lenet-bench: CUPTI refused (" << e.what() << "); the traced columns of " << row.name
-                << " stay empty" << std::endl;
-      row.test_acc = row.test_acc_per_epoch.back();
-      return row;
+      return untraced(std::string("CUPTI refused (") + e.what() + ")");
     }
     const EpochRun r = run_epoch(*backend, data, sampler, epoch++, float(o.lr), &step_starts);
     const profiling::Activity a = trace.stop();
+    evaluate();
+    // E.g. a graph's kernels not traced: empty columns rather than zeros that mislead.
+    if (a.kernels.empty()) return untraced("CUPTI recorded no kernels");
     if (a.dropped_records > 0)
       std::cerr << "lenet-bench: CUPTI dropped " << a.dropped_records << " records; " << row.name
                 << "'s traced columns are too low" << std::endl;
@@ -147,7 +152,6 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
         (*timeline)["steps"].push_back(
             {{"step", k}, {"kernel_ms", steps[k].busy_seconds * 1e3}, {"idle_ms", steps[k].idle_seconds * 1e3}});
     }
-    evaluate();
     const profiling::BusyIdle bi = profiling::busy_and_idle(a.kernels);
     const double n = double(r.steps);
     row.kernel_ms_per_step = bi.kernel_seconds / n * 1e3;
@@ -188,6 +192,10 @@ nlohmann::json bench_allreduce(const Options& o, int num_gpus, std::ostream& out
         joins.emplace_back(dev);
         cuda::DeviceGuard guard(dev);
         LENET_CUDA_CHECK(cudaMemset(buffers.back().get(), 0, bytes));
+      }
+      for (int g = 0; g < num_gpus; ++g) {  // the memsets ran on the legacy streams, the ring runs on ours
+        cuda::DeviceGuard guard(g);
+        LENET_CUDA_CHECK(cudaDeviceSynchronize());
       }
       for (int i = 0; i < r; ++i)
         members.push_back({i % num_gpus, buffers[size_t(i)].get(), receives[size_t(i)].get(), streams[size_t(i)].get(),
