@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/numbers.hpp"
+#include "engine/output_file.hpp"
 #include "model/lenet.hpp"
 
 namespace lenet::engine {
@@ -70,6 +71,10 @@ std::string state_problem(const TrainingState& s) {
   if (!std::isfinite(s.lr) || s.lr <= 0) return "lr is " + format_double(s.lr) + ", must be finite and > 0";
   if (s.batch_size < 1) return "batch_size is " + std::to_string(s.batch_size) + ", must be at least 1";
   if (s.replicas < 1) return "replicas is " + std::to_string(s.replicas) + ", must be at least 1";
+  if (s.replicas > s.batch_size) {
+    return "replicas is " + std::to_string(s.replicas) + ", more than batch_size " + std::to_string(s.batch_size) +
+           " (every replica needs a row of a full minibatch)";
+  }
   if (s.train_examples < 1) return "train_examples is 0, must be at least 1";
   if (s.epoch_so_far.correct > s.train_examples) {
     return "epoch_correct is " + std::to_string(s.epoch_so_far.correct) + ", more than train_examples " +
@@ -373,11 +378,16 @@ void save_checkpoint(const std::string& path, const std::vector<float>& paramete
   const std::string problem = state_problem(state);
   if (!problem.empty()) fail("training state " + problem);
   const std::vector<uint8_t> bytes = encode(parameters, state);
+  // The rename replaces `target`: through a symbolic link, the file it names, not the link; and never
+  // anything but a regular file.
+  const std::string target = follow_links(path);
+  std::error_code ec;
+  if (std::filesystem::exists(target, ec) && !std::filesystem::is_regular_file(target, ec)) fail("not a regular file");
 
   // Same folder, so the rename is atomic (same file system). The counter keeps two saves of one process
   // apart; the pid, two processes.
   static std::atomic<unsigned> counter{0};
-  const std::string tmp_path = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  const std::string tmp_path = target + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) fail("cannot create temporary file " + tmp_path + " (" + os_error(errno) + ")");
   TemporaryFile tmp(tmp_path, fd);
@@ -396,11 +406,11 @@ void save_checkpoint(const std::string& path, const std::vector<float>& paramete
   // Data on disk before the rename makes it visible, else a crash could leave an empty file under `path`.
   if (::fsync(tmp.fd()) != 0) fail_unchanged("fsync of " + tmp_path + " failed", errno);
   if (tmp.close() != 0) fail_unchanged("close of " + tmp_path + " failed", errno);
-  if (::rename(tmp_path.c_str(), path.c_str()) != 0) fail_unchanged("rename of " + tmp_path + " failed", errno);
+  if (::rename(tmp_path.c_str(), target.c_str()) != 0) fail_unchanged("rename of " + tmp_path + " failed", errno);
   tmp.commit();
 
   // The rename itself is durable only once the folder is synced.
-  std::string folder = std::filesystem::path(path).parent_path().string();
+  std::string folder = std::filesystem::path(target).parent_path().string();
   if (folder.empty()) folder = ".";
   const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) fail("written, but cannot open folder " + folder + " to sync it (" + os_error(errno) + ")");

@@ -147,6 +147,12 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   } catch (const CLI::ParseError& e) {
     throw UsageError(std::string(e.what()) + " (see --help)");
   }
+  // CLI11 reads an empty number as 0 and an empty folder as the default one: refuse it instead.
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->get_expected_max() == 0) continue;  // a flag without value
+    for (const std::string& value : opt->results())
+      if (value.empty()) throw UsageError(opt->get_name() + ": empty value");
+  }
   if (!parse_u64(seed, o.train.seed)) throw UsageError("--seed " + seed + ": must be an integer from 0 to 2^64-1");
   if (app.count("--num-gpus")) o.num_gpus = num_gpus;
   o.epochs_given = app.count("--epochs") > 0;
@@ -158,16 +164,15 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   if (app.count("--test-limit") && test_limit < 1) throw UsageError("--test-limit " + std::to_string(test_limit) + ": must be at least 1");
   o.train_limit = static_cast<size_t>(train_limit);
   o.test_limit = static_cast<size_t>(test_limit);
-  for (const char* flag : {"--metrics", "--save", "--load", "--resume"})
-    if (app.count(flag) && app[flag]->as<std::string>().empty()) throw UsageError(std::string(flag) + ": empty file name");
   validate(o);
   return o;
 }
 
 namespace {
 
-// The first SIGINT/SIGTERM asks the training loop to stop after its current step; a second one ends the
-// process at once. Only async-signal-safe work happens in the handler.
+// The first SIGINT/SIGTERM/SIGHUP (a closed terminal or ssh session) asks the training loop to stop after
+// its current step; a second one ends the process at once. Only async-signal-safe work happens in the
+// handler.
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 extern "C" void on_stop_signal(int signal) {
@@ -187,11 +192,9 @@ extern "C" void on_stop_signal(int signal) {
 void install_stop_handlers() {
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
-  sigemptyset(&action.sa_mask);  // each blocks the other while it runs: two signals never both look first
-  sigaddset(&action.sa_mask, SIGINT);
-  sigaddset(&action.sa_mask, SIGTERM);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+  sigemptyset(&action.sa_mask);  // each blocks the others while it runs: two signals never both look first
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&action.sa_mask, signal);
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) sigaction(signal, &action, nullptr);
 }
 
 // Parameters to start from must be finite: NaN or infinity would only resurface as a "diverged" run.
@@ -221,6 +224,12 @@ void apply_resume_state(CliOptions& o, const TrainingState& st) {
   o.train.batch_size = st.batch_size;
   o.replicas = st.replicas;
   if (!o.epochs_given) o.train.epochs = st.epochs;
+  // The first train_examples examples, as the interrupted run had; another --train-limit is refused
+  // once the data is loaded.
+  if (o.train_limit == 0) {
+    o.train_limit = st.train_examples;
+    o.train_limit_from_checkpoint = true;
+  }
   o.train.start_step = st.step;
   o.train.start_so_far = st.epoch_so_far;
 }
@@ -257,8 +266,16 @@ int run_cli(int argc, const char* const* argv) {
     // The resumed run goes on checkpointing where the interrupted one did, unless --save says otherwise.
     const bool save_implied = o.save_path.empty() && !o.resume_path.empty();
     if (save_implied) o.save_path = o.resume_path;
+    // The metrics file is truncated or appended to while checkpoints are read and replaced: one file
+    // cannot be both.
+    const std::string& metrics = o.train.metrics_path;
+    for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--load", o.load_path},
+                                     {"--resume", o.resume_path}, {"--save", o.save_path}}) {
+      if (!metrics.empty() && !path.empty() && same_file(metrics, path))
+        throw UsageError(std::string("--metrics and ") + flag + " name the same file " + metrics);
+    }
     // Fail now, not after the first epoch's minutes.
-    if (const std::string problem = o.save_path.empty() ? "" : output_file_problem(o.save_path); !problem.empty())
+    if (const std::string problem = o.save_path.empty() ? "" : replaced_file_problem(o.save_path); !problem.empty())
       throw CheckpointError(problem + (save_implied ? " (--resume saves there; name another file with --save)" : " (--save)"));
     if (const std::string problem = o.train.metrics_path.empty() ? "" : output_file_problem(o.train.metrics_path);
         !problem.empty())
@@ -285,7 +302,9 @@ int run_cli(int argc, const char* const* argv) {
       try {
         return io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), o.train_limit, o.test_limit);
       } catch (const io::LimitError& e) {
-        throw UsageError(e.what());
+        if (!o.train_limit_from_checkpoint) throw UsageError(e.what());
+        throw UsageError("--resume " + o.resume_path + ": the interrupted run trained on " + std::to_string(o.train_limit) +
+                         " examples, more than this data set has (" + io::resolve_data_dir(o.data_dir) + ")");
       }
     }();
     if (g_stop_signal != 0) return stopped("while loading the data");
@@ -310,8 +329,9 @@ int run_cli(int argc, const char* const* argv) {
                               std::to_string(into_epoch) + " steps into an epoch");
       }
       if (st.step >= batches * uint64_t(o.train.epochs)) {
-        throw UsageError("--resume " + o.resume_path + ": the run already did " + std::to_string(st.step) +
-                         " steps, all of --epochs " + std::to_string(o.train.epochs) + "; raise --epochs to go on");
+        throw UsageError("--resume " + o.resume_path + ": the run already did " + std::to_string(st.step) + " steps, all of " +
+                         (o.epochs_given ? "" : "its ") + "--epochs " + std::to_string(o.train.epochs) +
+                         "; raise --epochs to go on");
       }
     }
     const std::vector<float> start = checkpoint ? checkpoint->parameters : model::init_parameters<float>(o.train.seed);
@@ -349,7 +369,8 @@ int run_cli(int argc, const char* const* argv) {
       return 128 + e.signal;
     } catch (const TrainingDiverged& e) {
       std::cerr << kProgram << ": error: " << e.what()
-                << (saved ? "; the last good checkpoint stays in " + o.save_path : std::string()) << std::endl;
+                << (saved || save_implied ? "; the last good checkpoint stays in " + o.save_path : std::string())
+                << std::endl;
       return 1;
     }
   } catch (const UsageError& e) {

@@ -1,8 +1,10 @@
 #include "engine/trainer.hpp"
 
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <ostream>
 
@@ -154,7 +156,9 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
                                                 : "between steps " + in_epoch(first_step + 1) + " and " + in_epoch(step) +
                                                       " of " + std::to_string(batches);
         throw TrainingDiverged("non-finite " + std::string(std::isfinite(st.loss_sum) ? "parameters" : "training loss") +
-                               " in epoch " + std::to_string(e + 1) + ", " + where + "; try a smaller --lr");
+                               " in epoch " + std::to_string(e + 1) + ", " + where +
+                               (options.start_step > 0 ? "; start again with a smaller --lr (a resumed run keeps its own)"
+                                                       : "; try a smaller --lr"));
       }
       return EpochSoFar{before.loss_sum + st.loss_sum, before.correct + uint64_t(st.correct), before.seconds + seconds};
     };
@@ -189,8 +193,12 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
     // The checkpoint first: a metrics record never claims an epoch that a resumed run would train again.
     if (options.checkpoint) options.checkpoint(e + 1, step, EpochSoFar{});
     if (metrics.is_open()) {
+      errno = 0;
       metrics << epoch_record(m, backend, options).dump() << '\n' << std::flush;
-      if (!metrics) throw io::DataError(options.metrics_path + ": write failed");
+      if (!metrics) {
+        throw io::DataError(options.metrics_path + ": write failed" +
+                            (errno != 0 ? " (" + std::string(std::strerror(errno)) + ")" : std::string()) + " (--metrics)");
+      }
     }
     result.epochs.push_back(m);
     if (e + 1 < options.epochs && stop_signal() != 0) throw TrainingStopped(stop_signal(), "after epoch " + std::to_string(e + 1));

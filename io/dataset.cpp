@@ -6,9 +6,11 @@
 namespace lenet::io {
 namespace {
 
-bool is_regular_file(const std::string& path) {
+// 1: a regular file (through links); 0: nothing there; -1: something else (a folder, a device, ...).
+int file_kind(const std::string& path) {
   struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return S_ISREG(st.st_mode) ? 1 : -1;
 }
 
 void to_floats(const uint8_t* pixels, float* x) {
@@ -50,8 +52,10 @@ std::string resolve_data_dir(const std::string& flag_value) {
 
 std::string find_data_file(const std::string& dir, const std::string& name) {
   const std::string plain = dir + "/" + name;
-  if (is_regular_file(plain)) return plain;
-  if (is_regular_file(plain + ".gz")) return plain + ".gz";
+  for (const std::string& path : {plain, plain + ".gz"})
+    if (file_kind(path) == 1) return path;
+  for (const std::string& path : {plain, plain + ".gz"})
+    if (file_kind(path) == -1) throw DataError(path + ": not a regular file");
   throw DataError(plain + "(.gz): not found; install the data set with `apt-get install dataset-fashion-mnist`"
                   " or point --data-dir / LENET_DATA_DIR at a folder holding the four IDX files");
 }

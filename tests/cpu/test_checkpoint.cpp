@@ -3,6 +3,7 @@
 // file becomes a CheckpointError naming the file and the problem, and a failed save leaves the previous
 // checkpoint byte for byte as it was.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -320,6 +321,35 @@ TEST_F(CheckpointFiles, OverwritingAnExistingCheckpointReplacesIt) {
   EXPECT_EQ(folder_entries(), std::vector<std::string>{"model.safetensors"}) << "no temporary file left";
 }
 
+// A symbolic link stays a link: the checkpoint goes to the file it names, existing or not yet.
+TEST_F(CheckpointFiles, SavingThroughASymbolicLinkWritesTheFileItNames) {
+  std::filesystem::create_directory(dir_ / "real");
+  const std::filesystem::path link = dir_ / "link.safetensors";
+  std::filesystem::create_symlink("real/target.safetensors", link);
+  for (int epoch : {1, 2}) {  // first the file is created, then replaced
+    TrainingState s = sample_state();
+    s.epoch = epoch;
+    lenet::engine::save_checkpoint(link.string(), sample_parameters(), s);
+    EXPECT_TRUE(std::filesystem::is_symlink(link));
+    const Checkpoint c = lenet::engine::load_checkpoint((dir_ / "real" / "target.safetensors").string());
+    expect_same_state(c.state, s);
+  }
+}
+
+// A rename over anything but a regular file would replace it (a device, a pipe): refused, left alone.
+TEST_F(CheckpointFiles, SavingOverSomethingNotARegularFileIsRefused) {
+  const std::string fifo = (dir_ / "pipe").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  try {
+    lenet::engine::save_checkpoint(fifo, sample_parameters(), sample_state());
+    ADD_FAILURE() << "expected CheckpointError";
+  } catch (const CheckpointError& e) {
+    EXPECT_CONTAINS(e.what(), fifo + ": cannot save checkpoint: not a regular file");
+  }
+  EXPECT_EQ(std::filesystem::status(fifo).type(), std::filesystem::file_type::fifo);
+  EXPECT_EQ(folder_entries(), std::vector<std::string>{"pipe"});
+}
+
 TEST_F(CheckpointFiles, FailedWriteLeavesPreviousCheckpointIntactAndNoTemporaryFile) {
   lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
   const Bytes before = lenet::testing::read_bytes(path_);
@@ -435,6 +465,7 @@ TEST_F(CheckpointFiles, SaveRejectsWrongParameterCountAndUnresumableStateWriting
       {"lr", [](TrainingState& s) { s.lr = -0.1; }},
       {"batch_size", [](TrainingState& s) { s.batch_size = 0; }},
       {"replicas", [](TrainingState& s) { s.replicas = 0; }},
+      {"replicas", [](TrainingState& s) { s.replicas = s.batch_size + 1; }},
       {"train_examples", [](TrainingState& s) { s.train_examples = 0; }},
       {"epoch_loss_sum", [](TrainingState& s) { s.epoch_so_far.loss_sum = std::nan(""); }},
       {"epoch_loss_sum", [](TrainingState& s) { s.epoch_so_far.loss_sum = -1; }},

@@ -264,6 +264,15 @@ TEST_F(IdxFiles, MissingFileIsRejected) {
   EXPECT_CONTAINS(msg, "read error");
 }
 
+TEST_F(IdxFiles, DataFileThatIsNotARegularFileIsNamed) {
+  std::filesystem::create_directory(dir_ / "train-labels-idx1-ubyte");
+  const std::string msg = data_error_of([&] { lenet::io::find_data_file(dir_.string(), "train-labels-idx1-ubyte"); });
+  EXPECT_CONTAINS(msg, dir_.string() + "/train-labels-idx1-ubyte: not a regular file");
+  // A regular file beside it is still found.
+  const std::string gz = write_raw("train-labels-idx1-ubyte.gz", {});
+  EXPECT_EQ(lenet::io::find_data_file(dir_.string(), "train-labels-idx1-ubyte"), gz);
+}
+
 TEST_F(IdxFiles, FindDataFilePrefersRawThenGz) {
   const std::string gz = write_raw("x.gz", {});
   EXPECT_EQ(lenet::io::find_data_file(dir_.string(), "x"), gz);
