@@ -46,9 +46,9 @@ struct Options {
   uint64_t seed = 1;
   std::string seed_text = "1";
   int num_gpus = 0;  // 0: all visible
-  std::string data_dir, json_path = "bench.json", markdown_path = "bench.md";
+  std::string data_dir, json_path, markdown_path;  // empty: not written
   long long train_limit = 0, test_limit = 0;
-  bool allreduce = true, projection = true, trace = true;
+  bool no_allreduce = false, no_projection = false, no_trace = false;
   std::vector<int> allreduce_replicas = {2, 4, 8};
   std::vector<std::string> peers;
 };
@@ -103,7 +103,7 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
   row.batch_size = o.batch_size;
   row.lr = o.lr;
   row.train_examples = int64_t(data.train.size());
-  const bool traced = o.trace && mode != "cpu" && profiling::CuptiTrace::available();
+  const bool traced = !o.no_trace && mode != "cpu" && profiling::CuptiTrace::available();
   row.epochs = 1 + o.timed_epochs + (traced ? 1 : 0);
   auto evaluate = [&] {
     row.test_acc_per_epoch.push_back(double(backend->count_correct(data.test, o.batch_size)) / double(data.test.size()));
@@ -254,7 +254,7 @@ double graph_step_seconds(int rows, const io::FashionMnist& data, const Options&
   Options one = o;
   one.batch_size = rows;
   one.timed_epochs = 1;
-  one.trace = false;
+  one.no_trace = true;
   const profiling::BenchRow r = bench_config("graph", 1, 1, data, one);
   const double steps = std::ceil(double(data.train.size()) / rows);
   return *r.seconds_per_epoch / steps;
@@ -306,24 +306,32 @@ nlohmann::json project(const io::FashionMnist& data, const Options& o, double me
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"lenet-bench: naive and graph modes (and the CPU backend) side by side, with CUPTI counts", "lenet-bench"};
-  app.add_option("--modes", o.modes, "Any of naive, graph, cpu")->delimiter(',')->check(CLI::IsMember({"naive", "graph", "cpu"}));
-  app.add_option("--replicas", o.replicas, "Replica counts, e.g. 1,2,4")->delimiter(',')->check(CLI::Range(1, 64));
-  app.add_option("--batch-size", o.batch_size, "Global minibatch size")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--lr", o.lr, "SGD learning rate (finite, > 0)");
-  app.add_option("--epochs", o.timed_epochs, "Timed epochs per configuration (after one warm-up epoch)")->check(CLI::Range(1, 1000));
-  app.add_option("--seed", o.seed_text, "Seed of the parameters and the shuffles (0..2^64-1)");
+  app.add_option("--modes", o.modes, "Any of naive, graph, cpu")
+      ->delimiter(',')->check(CLI::IsMember({"naive", "graph", "cpu"}))->capture_default_str();
+  app.add_option("--replicas", o.replicas, "Replica counts, e.g. 1,2,4")
+      ->delimiter(',')->check(CLI::Range(1, 64))->capture_default_str();
+  app.add_option("--batch-size", o.batch_size, "Global minibatch size")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--lr", o.lr, "SGD learning rate (finite, > 0)")->capture_default_str();
+  app.add_option("--epochs", o.timed_epochs,
+                 "Timed epochs per configuration, after one warm-up epoch (a row's \"epochs\" counts every epoch trained)")
+      ->check(CLI::Range(1, 1000))->capture_default_str();
+  app.add_option("--seed", o.seed_text, "Seed of the parameters and the shuffles (0..2^64-1)")
+      ->capture_default_str()->type_name("INT");
   app.add_option("--num-gpus", o.num_gpus, "GPUs 0..N-1 to place replicas on (default: all visible)")->check(CLI::Range(1, 64));
-  app.add_option("--data-dir", o.data_dir, "Fashion-MNIST folder");
+  app.add_option("--data-dir", o.data_dir, std::string("Fashion-MNIST folder (default: $LENET_DATA_DIR, else ") +
+                                               io::kDefaultDataDir + ")")->type_name("DIR");
   app.add_option("--train-limit", o.train_limit, "First N training examples")->check(CLI::Range(1LL, 60000LL));
   app.add_option("--test-limit", o.test_limit, "First N test examples")->check(CLI::Range(1LL, 10000LL));
-  app.add_option("--json", o.json_path, "Write the results as JSON to FILE");
-  app.add_option("--markdown", o.markdown_path, "Write the tables as Markdown to FILE");
+  app.add_option("--json", o.json_path, "Write the results as JSON to FILE, and each traced configuration's per-step "
+                                        "timeline beside it (timeline-MODE-rR.json)")->type_name("FILE");
+  app.add_option("--markdown", o.markdown_path, "Write the tables as Markdown to FILE")->type_name("FILE");
   app.add_option("--allreduce-replicas", o.allreduce_replicas, "Replica counts of the allreduce sweep")
-      ->delimiter(',')->check(CLI::Range(2, 64));
-  app.add_flag("!--no-allreduce", o.allreduce, "Skip the allreduce sweep");
-  app.add_flag("!--no-projection", o.projection, "Skip the multi-GPU projection");
-  app.add_flag("!--no-trace", o.trace, "No CUPTI epoch (kernel, idle, launch and allreduce columns stay empty)");
-  app.add_option("--peers", o.peers, "JSON rows of the PyTorch peers (profiling/peers) to add to the table");
+      ->delimiter(',')->check(CLI::Range(2, 64))->capture_default_str();
+  app.add_flag("--no-allreduce", o.no_allreduce, "Skip the allreduce sweep");
+  app.add_flag("--no-projection", o.no_projection, "Skip the multi-GPU projection");
+  app.add_flag("--no-trace", o.no_trace, "No CUPTI epoch (kernel, idle, launch and allreduce columns stay empty)");
+  app.add_option("--peers", o.peers, "JSON rows of the PyTorch peers (profiling/peers) to add to the table")
+      ->type_name("FILE");
   app.set_version_flag("--version", std::string("lenet-bench ") + LENET_VERSION + " (" + engine::cuda_library_versions() + ")");
   try {
     app.parse(argc, argv);
@@ -332,6 +340,24 @@ int main(int argc, char** argv) {
     std::cerr << "lenet-bench: " << e.what() << " (see --help)" << std::endl;
     return 2;
   }
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->get_expected_max() == 0) continue;  // a flag without value
+    for (const std::string& value : opt->results()) {
+      if (value.empty()) {
+        std::cerr << "lenet-bench: " << opt->get_name() << ": empty value" << std::endl;
+        return 2;
+      }
+    }
+  }
+  // A configuration or peer named twice (a repeated flag adds to the list) is measured and shown once.
+  auto unique = [](auto& list) {
+    for (auto it = list.begin(); it != list.end();)
+      it = std::find(list.begin(), it, *it) != it ? list.erase(it) : it + 1;
+  };
+  unique(o.modes);
+  unique(o.replicas);
+  unique(o.allreduce_replicas);
+  unique(o.peers);
   if (!engine::parse_u64(o.seed_text, o.seed)) {
     std::cerr << "lenet-bench: --seed " << o.seed_text << ": must be an integer from 0 to 2^64-1" << std::endl;
     return 2;
@@ -359,7 +385,8 @@ int main(int argc, char** argv) {
     }
     // What could fail after the benchmark's minutes fails now: the output folders, the peers' rows.
     for (const std::string& path : {o.json_path, o.markdown_path})
-      if (const std::string problem = engine::output_file_problem(path); !problem.empty()) throw std::runtime_error(problem);
+      if (const std::string problem = path.empty() ? "" : engine::output_file_problem(path); !problem.empty())
+        throw std::runtime_error(problem);
     std::vector<profiling::BenchRow> peer_rows;
     for (const std::string& file : o.peers) {
       std::ifstream in(file);
@@ -372,14 +399,14 @@ int main(int argc, char** argv) {
     }
     const io::FashionMnist data = io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), size_t(o.train_limit),
                                                          size_t(o.test_limit));
-    if (o.trace && wants_gpu && !profiling::CuptiTrace::available())
+    if (!o.no_trace && wants_gpu && !profiling::CuptiTrace::available())
       std::cerr << "lenet-bench: " << profiling::CuptiTrace::unavailable_reason() << "; CUPTI columns stay empty" << std::endl;
-    if (o.trace && wants_gpu && profiling::CuptiTrace::available()) {
+    if (!o.no_trace && wants_gpu && profiling::CuptiTrace::available()) {
       try {
         profiling::CuptiTrace::prepare();  // before any graph is captured
       } catch (const std::exception& e) {
         std::cerr << "lenet-bench: CUPTI refused (" << e.what() << "); CUPTI columns stay empty" << std::endl;
-        o.trace = false;
+        o.no_trace = true;
       }
     }
 
@@ -389,7 +416,7 @@ int main(int argc, char** argv) {
         std::cerr << "lenet-bench: " << mode << " R=" << r << std::endl;
         nlohmann::json timeline;
         rows.push_back(bench_config(mode, r, num_gpus, data, o, &timeline));
-        if (!timeline.is_null()) {  // per-step kernel and idle time, for profiling/plot.py
+        if (!timeline.is_null() && !o.json_path.empty()) {  // per-step kernel and idle time, for profiling/plot.py
           const std::string path = (std::filesystem::path(o.json_path).parent_path() /
                                     ("timeline-" + mode + "-r" + std::to_string(r) + ".json")).string();
           std::ofstream(path) << timeline.dump() << '\n';
@@ -397,17 +424,17 @@ int main(int argc, char** argv) {
       }
     rows.insert(rows.end(), peer_rows.begin(), peer_rows.end());
     std::string peer_notes;
-    for (const profiling::BenchRow& p : peer_rows) {
-      if (p.train_examples == 0 || p.train_examples == int64_t(data.train.size())) continue;
-      peer_notes += "Note: " + p.name + " ran on " + std::to_string(p.train_examples) + " training examples, this run on " +
-                    std::to_string(data.train.size()) + ": its seconds per epoch do not compare with the others.\n";
-    }
+    for (const profiling::BenchRow& p : peer_rows)
+      peer_notes += profiling::peer_mismatch(p, int64_t(data.train.size()), o.batch_size, o.lr);
     std::cerr << peer_notes;
     std::ostringstream md;
     md << "# lenet-bench\n\n" << data.train.size() << " training examples, batch " << o.batch_size << ", lr " << o.lr
        << ", seed " << o.seed << "; seconds per epoch are the training pass only, mean of " << o.timed_epochs
-       << " epoch(s) after a warm-up epoch; CUPTI columns from one further traced epoch; 'kernels/step' counts "
-          "kernels launched by the host (not by a graph).\n\n"
+       << " epoch(s) after a warm-up epoch"
+       << (wants_gpu && !o.no_trace ? "; CUPTI columns from one further traced epoch; 'kernels/step' counts kernels "
+                                      "launched by the host (not by a graph)"
+                                    : "")
+       << ".\n\n"
        << profiling::markdown_table(rows, rows.empty() ? "" : rows.front().name)
        << (peer_notes.empty() ? "" : "\n" + peer_notes);
 
@@ -435,7 +462,7 @@ int main(int argc, char** argv) {
     }
     md << ".\n";
     double step_latency = 0;
-    if (o.allreduce && wants_gpu) {
+    if (!o.no_allreduce && wants_gpu) {
       out["allreduce"] = bench_allreduce(o, num_gpus, md);
       // Two members, the smallest message: two ring steps of almost no data, so half its time is the
       // latency of one step (copy and add kernel launched from a graph).
@@ -445,14 +472,15 @@ int main(int argc, char** argv) {
           break;
         }
     }
-    if (o.projection && wants_gpu) out["projection"] = project(data, o, step_latency, md);
+    if (!o.no_projection && wants_gpu) out["projection"] = project(data, o, step_latency, md);
     std::cout << md.str();
-    std::ofstream markdown(o.markdown_path);
-    markdown << md.str();
-    if (!markdown) throw std::runtime_error(o.markdown_path + ": write failed");
-    std::ofstream json(o.json_path);
-    json << out.dump(2) << '\n';
-    if (!json) throw std::runtime_error(o.json_path + ": write failed");
+    for (const auto& [path, text] : {std::pair<const std::string&, std::string>{o.markdown_path, md.str()},
+                                     {o.json_path, out.dump(2) + "\n"}}) {
+      if (path.empty()) continue;
+      std::ofstream file(path);
+      file << text;
+      if (!file.flush()) throw std::runtime_error(path + ": write failed");
+    }
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "lenet-bench: error: " << e.what() << std::endl;

@@ -5,6 +5,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "engine/numbers.hpp"
+
 namespace lenet::profiling {
 
 BusyIdle busy_and_idle(std::vector<Interval> kernels) {
@@ -146,6 +148,25 @@ BenchRow row_from_json(const nlohmann::json& j) {
   if (j.contains("test_acc_per_epoch")) r.test_acc_per_epoch = j.at("test_acc_per_epoch").get<std::vector<double>>();
   if (j.contains("epoch_seconds")) r.epoch_seconds = j.at("epoch_seconds").get<std::vector<double>>();
   return r;
+}
+
+std::string peer_mismatch(const BenchRow& peer, int64_t train_examples, int batch_size, double lr) {
+  std::vector<std::string> differences;
+  if (peer.train_examples == 0) {
+    differences.push_back("does not record its training-set size (this run: " + std::to_string(train_examples) + ")");
+  } else if (peer.train_examples != train_examples) {
+    differences.push_back("ran on " + std::to_string(peer.train_examples) + " training examples (this run: " +
+                          std::to_string(train_examples) + ")");
+  }
+  if (peer.batch_size != batch_size) {
+    differences.push_back("used batch " + std::to_string(peer.batch_size) + " (this run: " + std::to_string(batch_size) +
+                          ")");
+  }
+  if (peer.lr != lr) differences.push_back("used lr " + engine::format_double(peer.lr) + " (this run: " + engine::format_double(lr) + ")");
+  if (differences.empty()) return "";
+  std::string note = "Note: " + peer.name;
+  for (size_t i = 0; i < differences.size(); ++i) note += (i == 0 ? " " : i + 1 == differences.size() ? " and " : ", ") + differences[i];
+  return note + ": its numbers do not compare with the others.\n";
 }
 
 std::string markdown_table(const std::vector<BenchRow>& rows, const std::string& reference) {

@@ -74,6 +74,10 @@ struct BenchRow {
 nlohmann::json to_json(const BenchRow& row);
 BenchRow row_from_json(const nlohmann::json& j);  // throws std::runtime_error naming the missing field
 
+// Why a peer's row does not compare with this run's (another training-set size, batch size or learning
+// rate; a size it does not record is unknown), as a note for under the table; empty when it does.
+std::string peer_mismatch(const BenchRow& peer, int64_t train_examples, int batch_size, double lr);
+
 // The table, each row's seconds per epoch also as a ratio to the reference row (the first row named
 // `reference`, when present).
 std::string markdown_table(const std::vector<BenchRow>& rows, const std::string& reference);

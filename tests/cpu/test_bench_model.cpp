@@ -101,17 +101,33 @@ TEST(BenchModel, JsonRoundTripAndMarkdown) {
   EXPECT_NE(md.find("| - |"), std::string::npos) << md;               // unmeasured columns
 }
 
+TEST(BenchModel, PeerRowsOfOtherSettingsAreFlagged) {
+  BenchRow peer;
+  peer.name = "peer";
+  peer.batch_size = 256;
+  peer.lr = 0.2;
+  peer.train_examples = 60000;
+  EXPECT_EQ(peer_mismatch(peer, 60000, 256, 0.2), "");
+  EXPECT_EQ(peer_mismatch(peer, 500, 64, 0.1),
+            "Note: peer ran on 60000 training examples (this run: 500), used batch 256 (this run: 64) and used lr 0.2 "
+            "(this run: 0.1): its numbers do not compare with the others.\n");
+  peer.train_examples = 0;  // a row from before the field existed
+  EXPECT_EQ(peer_mismatch(peer, 60000, 256, 0.2),
+            "Note: peer does not record its training-set size (this run: 60000): its numbers do not compare with the "
+            "others.\n");
+}
+
 class BenchTool : public lenet::testing::Cli {};
 
 TEST_F(BenchTool, CpuRowsWriteJsonAndMarkdown) {
   const std::string json = (dir_ / "b.json").string(), md = (dir_ / "b.md").string();
   const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1,2 "
-                          "--train-limit 512 --test-limit 128 --epochs 1 --json '" + json + "' --markdown '" + md +
+                          "--replicas 2 --train-limit 512 --test-limit 128 --epochs 1 --json '" + json + "' --markdown '" + md +
                           "' >/dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   std::ifstream in(json);
   const nlohmann::json j = nlohmann::json::parse(in);
-  ASSERT_EQ(j["rows"].size(), 2u);
+  ASSERT_EQ(j["rows"].size(), 2u);  // R = 2, named twice, measured once
   for (const auto& row : j["rows"]) {
     const BenchRow r = row_from_json(row);
     ASSERT_TRUE(r.seconds_per_epoch.has_value());
@@ -159,7 +175,7 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   std::ofstream(dir_ / "peer.json") << to_json(peer).dump();
   ASSERT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --peers '" + (dir_ / "peer.json").string() + "'"), 0)
       << lenet::testing::slurp(dir_ / "err");
-  EXPECT_NE(lenet::testing::slurp(dir_ / "b.md").find("Note: pytorch-textbook R=1 ran on 60000 training examples, this run on 256"),
+  EXPECT_NE(lenet::testing::slurp(dir_ / "b.md").find("Note: pytorch-textbook R=1 ran on 60000 training examples (this run: 256)"),
             std::string::npos)
       << lenet::testing::slurp(dir_ / "b.md");
 }
