@@ -18,6 +18,10 @@
 # short, correctness first: "gputests sanitizers", then "accuracy experiment", then "sweep bench cpu",
 # each into its own OUTDIR; the build folder is reused when the tree is kept).
 set -uo pipefail
+case ${1:-} in
+  -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  -*) echo "gpu-check.sh: unknown option $1 (usage: profiling/gpu-check.sh OUTDIR; --help)" >&2; exit 2 ;;
+esac
 out=${1:?usage: profiling/gpu-check.sh OUTDIR}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
