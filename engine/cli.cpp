@@ -364,7 +364,8 @@ int run_cli(int argc, const char* const* argv) {
       return 0;
     } catch (const TrainingStopped& e) {
       std::cerr << kProgram << ": " << e.what()
-                << (o.save_path.empty() ? "; no --save given, nothing written" : "; checkpoint written to " + o.save_path)
+                << (o.save_path.empty() ? "; no --save given, nothing written"
+                                        : "; checkpoint written to " + o.save_path + ", go on with --resume " + o.save_path)
                 << std::endl;
       return 128 + e.signal;
     } catch (const TrainingDiverged& e) {

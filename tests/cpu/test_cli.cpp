@@ -261,7 +261,8 @@ TEST_F(Cli, SignalLeavesALoadableCheckpoint) {
     const int raw = std::system(cmd.c_str());
     ASSERT_TRUE(WIFEXITED(raw));
     EXPECT_EQ(WEXITSTATUS(raw), status) << lenet::testing::slurp(dir_ / "err");
-    EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("checkpoint written to"), std::string::npos);
+    EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("checkpoint written to " + ckpt + ", go on with --resume " + ckpt),
+              std::string::npos);
     const lenet::engine::Checkpoint c = lenet::engine::load_checkpoint(ckpt);
     ASSERT_TRUE(c.state.has_value());
     EXPECT_GT(c.state->step, 0u);
