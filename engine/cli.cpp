@@ -14,6 +14,7 @@
 #include "engine/cuda_graph_backend.hpp"
 #include "engine/cuda_naive_backend.hpp"
 #include "engine/cuda_probe.hpp"
+#include "engine/empty_values.hpp"
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
 #include "graphs/cuda_check.hpp"
@@ -147,12 +148,7 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   } catch (const CLI::ParseError& e) {
     throw UsageError(std::string(e.what()) + " (see --help)");
   }
-  // CLI11 reads an empty number as 0 and an empty folder as the default one: refuse it instead.
-  for (const CLI::Option* opt : app.get_options()) {
-    if (opt->get_expected_max() == 0) continue;  // a flag without value
-    for (const std::string& value : opt->results())
-      if (value.empty()) throw UsageError(opt->get_name() + ": empty value");
-  }
+  if (const std::string flag = option_with_empty_value(app); !flag.empty()) throw UsageError(flag + ": empty value");
   if (!parse_u64(seed, o.train.seed)) throw UsageError("--seed " + seed + ": must be an integer from 0 to 2^64-1");
   if (app.count("--num-gpus")) o.num_gpus = num_gpus;
   o.epochs_given = app.count("--epochs") > 0;

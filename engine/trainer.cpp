@@ -1,7 +1,7 @@
 #include "engine/trainer.hpp"
 
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>

@@ -20,6 +20,7 @@
 #include "engine/cuda_graph_backend.hpp"
 #include "engine/cuda_naive_backend.hpp"
 #include "engine/cuda_probe.hpp"
+#include "engine/empty_values.hpp"
 #include "engine/cuda_ring.hpp"
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
@@ -340,14 +341,9 @@ int main(int argc, char** argv) {
     std::cerr << "lenet-bench: " << e.what() << " (see --help)" << std::endl;
     return 2;
   }
-  for (const CLI::Option* opt : app.get_options()) {
-    if (opt->get_expected_max() == 0) continue;  // a flag without value
-    for (const std::string& value : opt->results()) {
-      if (value.empty()) {
-        std::cerr << "lenet-bench: " << opt->get_name() << ": empty value" << std::endl;
-        return 2;
-      }
-    }
+  if (const std::string flag = engine::option_with_empty_value(app); !flag.empty()) {
+    std::cerr << "lenet-bench: " << flag << ": empty value" << std::endl;
+    return 2;
   }
   // A configuration or peer named twice (a repeated flag adds to the list) is measured and shown once.
   auto unique = [](auto& list) {
