@@ -197,19 +197,24 @@ def accuracy_series(bench, metrics):
     return [(label, x, y) for label, (_, _, x, y) in zip(labels, series)]
 
 
+# What else a row's seconds per epoch depend on, with its short name in a series label.
+SETTINGS = (("batch_size", "B"), ("lr", "lr"), ("train_examples", "N"))
+
+
 def seconds_table(bench):
-    """{series: {replicas: seconds}}: a series per implementation and mode (and batch size, where rows
-    differ in it); a later row of the same series and replica count replaces an earlier one."""
+    """{series: {replicas: seconds}}: a series per implementation and mode (and batch size, lr and
+    training-set size, where rows differ in them; "?" where a row does not record one); a later row of
+    the same series and replica count replaces an earlier one."""
     rows = [(p, r) for p, r in bench if is_number(r.get("seconds_per_epoch")) and r["seconds_per_epoch"] > 0
             and is_number(r.get("replicas"))]
-    batches = {r.get("batch_size") for _, r in rows}
+    differing = [(key, short) for key, short in SETTINGS if len({json.dumps(r.get(key)) for _, r in rows}) > 1]
     table = {}
     for path, r in rows:
         impl, mode = str(r.get("impl") or ""), str(r.get("mode") or "")
         # lenet-bench rows share one impl ("lenet-dp") across modes; the peers name the mode in the impl.
         name = impl if mode in impl else f"{impl} {mode}".strip()
-        if len(batches) > 1:
-            name += f" B={r.get('batch_size')}"
+        for key, short in differing:
+            name += f" {short}={r[key] if r.get(key) is not None else '?'}"
         cell = table.setdefault(name, {})
         if cell.get(int(r["replicas"]), r["seconds_per_epoch"]) != r["seconds_per_epoch"]:
             print(f"{PROG}: {name} R={int(r['replicas'])} appears more than once with different times; using the one "

@@ -142,6 +142,18 @@ class AccuracySeries(unittest.TestCase):
         self.assertEqual(len({label for label, _, _ in series}), 2, series)
 
 
+    def test_seconds_of_other_settings_are_other_series(self):
+        base = {"impl": "lenet-dp", "mode": "cpu", "replicas": 1, "batch_size": 256, "lr": 0.2,
+                "train_examples": 60000, "seconds_per_epoch": 6.5}
+        table = self.plot.seconds_table([("a.json", base), ("b.json", dict(base, replicas=2, seconds_per_epoch=7.0))])
+        self.assertEqual(table, {"lenet-dp cpu": {1: 6.5, 2: 7.0}})
+        small = dict(base, train_examples=500, seconds_per_epoch=0.06)
+        old = {k: v for k, v in base.items() if k != "train_examples"}  # a row from before the field
+        table = self.plot.seconds_table([("a.json", base), ("b.json", small), ("c.json", old)])
+        self.assertEqual(table, {"lenet-dp cpu N=60000": {1: 6.5}, "lenet-dp cpu N=500": {1: 0.06},
+                                 "lenet-dp cpu N=?": {1: 6.5}})
+
+
 class SampleIsLabelled(unittest.TestCase):
     def test_readme_says_synthetic(self):
         with open(os.path.join(SAMPLE, "README.md")) as f:
