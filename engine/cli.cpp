@@ -284,8 +284,6 @@ int run_cli(int argc, const char* const* argv) {
     if (o.backend == "cuda" && !probe.ok())
       throw UsageError("--backend cuda: no CUDA device answers (" + probe.describe() + ")");
     const bool use_cuda = o.backend != "cpu" && probe.ok();
-    if (o.backend == "auto" && !use_cuda)
-      std::cerr << kProgram << ": no CUDA device answers (" << probe.describe() << "); training on the CPU" << std::endl;
     if (!use_cuda) {
       // On the CPU --num-gpus means the replica count, which a resumed run takes from its checkpoint.
       if (!o.resume_path.empty() && o.num_gpus && !replicas_given && *o.num_gpus != *o.replicas) {
@@ -331,6 +329,9 @@ int run_cli(int argc, const char* const* argv) {
       }
     }
     const std::vector<float> start = checkpoint ? checkpoint->parameters : model::init_parameters<float>(o.train.seed);
+    // Once everything that could refuse the run has been checked, so that a refusal is one line.
+    if (o.backend == "auto" && !use_cuda)
+      std::cerr << kProgram << ": no CUDA device answers (" << probe.describe() << "); training on the CPU" << std::endl;
     const std::unique_ptr<Backend> backend =
         use_cuda ? make_cuda_backend(o, probe, data, start, std::cerr) : make_cpu_backend(o, start);
     if (g_stop_signal != 0) return stopped("while setting up");

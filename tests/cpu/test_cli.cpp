@@ -50,6 +50,20 @@ TEST_F(Cli, BackendCudaWithoutDeviceIsAUsageError) {
   expect_usage_error("--backend cuda", "--backend cuda: no CUDA device answers");
 }
 
+// --backend auto without a GPU says it trains on the CPU, once the run is certain: a refused run's
+// stderr is its one error line.
+TEST_F(Cli, AutoBackendNoticeOnlyWhenTraining) {
+  const lenet::engine::CudaProbe probe = lenet::engine::probe_cuda();
+  if (!probe.no_device()) GTEST_SKIP() << "a CUDA device answers: " << probe.describe();
+  Result r = run("--quiet --epochs 1 --train-limit 64 --test-limit 64");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("no CUDA device answers"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("training on the CPU"), std::string::npos) << r.err;
+  r = run("--quiet --data-dir '" + (dir_ / "no-data").string() + "'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
 TEST_F(Cli, HelpAndVersionExit0) {
   Result r = run("--help");
   EXPECT_EQ(r.status, 0);
