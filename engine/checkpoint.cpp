@@ -381,8 +381,7 @@ void save_checkpoint(const std::string& path, const std::vector<float>& paramete
   // The rename replaces `target`: through a symbolic link, the file it names, not the link; and never
   // anything but a regular file.
   const std::string target = follow_links(path);
-  std::error_code ec;
-  if (std::filesystem::exists(target, ec) && !std::filesystem::is_regular_file(target, ec)) fail("not a regular file");
+  if (other_than_regular_file(target)) fail("not a regular file");
 
   // Same folder, so the rename is atomic (same file system). The counter keeps two saves of one process
   // apart; the pid, two processes.

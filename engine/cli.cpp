@@ -172,7 +172,9 @@ namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 extern "C" void on_stop_signal(int signal) {
-  if (g_stop_signal != 0) {  // the second signal: at once, leaving no half-written temporary checkpoint
+  // A hangup may come twice (from the shell and from the terminal): only another signal is a second one.
+  if (g_stop_signal != 0 && !(signal == SIGHUP && g_stop_signal == SIGHUP)) {
+    // The second signal: at once, leaving no half-written temporary checkpoint.
     remove_checkpoint_in_progress();
     char line[] = "lenet-train: stopped at once by a second signal NN\n";
     char* digits = line + sizeof line - 4;  // "NN": the signal number, 1 to 64
@@ -190,7 +192,11 @@ void install_stop_handlers() {
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);  // each blocks the others while it runs: two signals never both look first
   for (const int signal : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&action.sa_mask, signal);
-  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) sigaction(signal, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  // Under nohup a hangup stays ignored, as nohup asked.
+  struct sigaction hangup {};
+  if (sigaction(SIGHUP, nullptr, &hangup) == 0 && hangup.sa_handler != SIG_IGN) sigaction(SIGHUP, &action, nullptr);
 }
 
 // Parameters to start from must be finite: NaN or infinity would only resurface as a "diverged" run.
@@ -296,7 +302,7 @@ int run_cli(int argc, const char* const* argv) {
       try {
         return io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), o.train_limit, o.test_limit);
       } catch (const io::LimitError& e) {
-        if (!o.train_limit_from_checkpoint) throw UsageError(e.what());
+        if (!o.train_limit_from_checkpoint || std::string(e.what()).rfind("--train-limit", 0) != 0) throw UsageError(e.what());
         throw UsageError("--resume " + o.resume_path + ": the interrupted run trained on " + std::to_string(o.train_limit) +
                          " examples, more than this data set has (" + io::resolve_data_dir(o.data_dir) + ")");
       }
@@ -360,9 +366,13 @@ int run_cli(int argc, const char* const* argv) {
       std::cout << final_line(result.epochs.back().test_acc, result.mean_epoch_seconds, backend->devices()) << std::endl;
       return 0;
     } catch (const TrainingStopped& e) {
+      // The flags a checkpoint does not record, which a resumed run needs again to go on alike.
+      std::string again;
+      if (o.test_limit != 0) again += " --test-limit " + std::to_string(o.test_limit);
+      if (!o.train.metrics_path.empty()) again += " --metrics " + o.train.metrics_path;
       std::cerr << kProgram << ": " << e.what()
                 << (o.save_path.empty() ? "; no --save given, nothing written"
-                                        : "; checkpoint written to " + o.save_path + ", go on with --resume " + o.save_path)
+                                        : "; checkpoint written to " + o.save_path + ", go on with --resume " + o.save_path + again)
                 << std::endl;
       return 128 + e.signal;
     } catch (const TrainingDiverged& e) {

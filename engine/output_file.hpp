@@ -31,22 +31,32 @@ inline std::string output_file_problem(const std::string& path) {
   return "";
 }
 
-// The same for a file replaced by a rename (a checkpoint): whatever `path` names must also be a
-// regular file, or nothing yet; a rename over /dev/null would replace the device.
+// Whether something other than a regular file is there (a rename over /dev/null would replace the
+// device).
+inline bool other_than_regular_file(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec);
+}
+
+// The same as output_file_problem for a file replaced by a rename (a checkpoint): what `path` names
+// must also be a regular file that may be written, or nothing yet.
 inline std::string replaced_file_problem(const std::string& path) {
   if (std::string problem = output_file_problem(path); !problem.empty()) return problem;
+  if (other_than_regular_file(path)) return path + ": not a regular file";
   std::error_code ec;
-  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
-    return path + ": not a regular file";
+  if (std::filesystem::exists(path, ec) && ::access(path.c_str(), W_OK) != 0) return path + ": is read-only";
   return "";
 }
 
-// Whether `a` and `b` name one file: the same file when both exist, else the same resolved path.
+// Whether `a` and `b` name one file, symbolic links followed: the same file when both exist, else the
+// same resolved path.
 inline bool same_file(const std::string& a, const std::string& b) {
   std::error_code ec;
   if (std::filesystem::exists(a, ec) && std::filesystem::exists(b, ec)) return std::filesystem::equivalent(a, b, ec);
-  return std::filesystem::weakly_canonical(std::filesystem::absolute(a, ec), ec) ==
-         std::filesystem::weakly_canonical(std::filesystem::absolute(b, ec), ec);
+  auto resolved = [&](const std::string& p) {
+    return std::filesystem::weakly_canonical(std::filesystem::absolute(follow_links(p), ec), ec);
+  };
+  return resolved(a) == resolved(b);
 }
 
 }  // namespace lenet::engine

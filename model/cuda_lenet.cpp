@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <utility>
 
 #include "model/cuda_kernels.hpp"
@@ -204,23 +205,38 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
   auto pick = [&](const char* what, const std::vector<int>& candidates,
                   const std::function<cudnnStatus_t(int, size_t*)>& query,
                   const std::function<cudnnStatus_t(int, void*, size_t)>& run) -> int {
+    std::string tried;  // why each candidate was passed over, for the error when none is left
     for (const int algo : candidates) {
+      const std::string name = (tried.empty() ? "" : "; ") + std::to_string(algo) + ": ";
       size_t need = 0;
-      bool ok = true;
+      std::string why;
       for (int r : rows) {
         set_batch_descriptors(r);
         size_t bytes = 0;
-        if (query(algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxConvWorkspaceBytes) {
-          ok = false;
-          break;
+        if (const cudnnStatus_t rc = query(algo, &bytes); rc != CUDNN_STATUS_SUCCESS) {
+          why = std::string("workspace query at ") + std::to_string(r) + " rows: " + cudnnGetErrorString(rc);
+        } else if (bytes > kMaxConvWorkspaceBytes) {
+          why = "workspace of " + std::to_string(bytes) + " bytes at " + std::to_string(r) + " rows";
         }
+        if (!why.empty()) break;
         need = std::max(need, bytes);
       }
-      if (!ok) continue;
+      if (!why.empty()) {
+        tried += name + why;
+        continue;
+      }
       set_batch_descriptors(max_rows_);
-      const DeviceBuffer<char> scratch(ctx_.device(), std::max<size_t>(need, 1));
-      if (run(algo, scratch.get(), need) != CUDNN_STATUS_SUCCESS) {
+      std::optional<DeviceBuffer<char>> scratch;
+      try {
+        scratch.emplace(ctx_.device(), std::max<size_t>(need, 1));
+      } catch (const CudaError&) {
+        cudaGetLastError();
+        tried += name + "its workspace of " + std::to_string(need) + " bytes could not be allocated";
+        continue;
+      }
+      if (const cudnnStatus_t rc = run(algo, scratch->get(), need); rc != CUDNN_STATUS_SUCCESS) {
         cudaGetLastError();  // a failed launch inside cuDNN must not surface at our next check
+        tried += name + "trial run: " + cudnnGetErrorString(rc);
         continue;
       }
       LENET_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));  // before the scratch workspace is freed
@@ -229,7 +245,7 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
       return algo;
     }
     throw CudaError(std::string("cuDNN offers no deterministic fp32 algorithm for ") + what + " on cuda:" +
-                    std::to_string(ctx_.device()));
+                    std::to_string(ctx_.device()) + " (" + (tried.empty() ? "its heuristic listed none" : tried) + ")");
   };
 
   // One query per convolution and direction, at the largest row count, then pick() as above.

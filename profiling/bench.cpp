@@ -128,6 +128,7 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
   if (traced) {
     auto untraced = [&](const std::string& why) {
       std::cerr << "lenet-bench: " << why << "; the traced columns of " << row.name << " stay empty" << std::endl;
+      row.epochs = int(row.test_acc_per_epoch.size());  // the traced epoch may not have run
       row.test_acc = row.test_acc_per_epoch.back();
       return row;
     };
@@ -395,8 +396,10 @@ int main(int argc, char** argv) {
     }
     const io::FashionMnist data = io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), size_t(o.train_limit),
                                                          size_t(o.test_limit));
-    if (!o.no_trace && wants_gpu && !profiling::CuptiTrace::available())
+    if (!o.no_trace && wants_gpu && !profiling::CuptiTrace::available()) {
       std::cerr << "lenet-bench: " << profiling::CuptiTrace::unavailable_reason() << "; CUPTI columns stay empty" << std::endl;
+      o.no_trace = true;
+    }
     if (!o.no_trace && wants_gpu && profiling::CuptiTrace::available()) {
       try {
         profiling::CuptiTrace::prepare();  // before any graph is captured

@@ -207,7 +207,10 @@ def seconds_table(bench):
     the same series and replica count replaces an earlier one."""
     rows = [(p, r) for p, r in bench if is_number(r.get("seconds_per_epoch")) and r["seconds_per_epoch"] > 0
             and is_number(r.get("replicas"))]
-    differing = [(key, short) for key, short in SETTINGS if len({json.dumps(r.get(key)) for _, r in rows}) > 1]
+    def setting(r, key):  # 256 and 256.0 are one setting
+        v = r.get(key)
+        return float(v) if is_number(v) else json.dumps(v)
+    differing = [(key, short) for key, short in SETTINGS if len({setting(r, key) for _, r in rows}) > 1]
     table = {}
     for path, r in rows:
         impl, mode = str(r.get("impl") or ""), str(r.get("mode") or "")

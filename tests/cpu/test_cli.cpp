@@ -155,6 +155,9 @@ TEST_F(Cli, SaveResumeEqualsUninterruptedAndLoadEvaluates) {
   expect_usage_error(common + "--epochs 3 --resume '" + b + "' --lr 0.1", "--lr");
   expect_usage_error(common + "--load '" + a + "' --resume '" + b + "'", "--resume");
   expect_usage_error(common + "--resume '" + b + "'", "raise --epochs");
+  // A limit the data set cannot meet is named as such, also when the training-set size comes from the checkpoint.
+  expect_usage_error("--backend cpu --quiet --epochs 3 --test-limit 20000 --resume '" + b + "'",
+                     "--test-limit 20000: the test set has only 10000");
   // The saved step count means other epochs with another --train-limit: refused, not reinterpreted.
   expect_usage_error("--backend cpu --quiet --train-limit 250 --test-limit 100 --epochs 3 --resume '" + b + "'",
                      "--train-limit");
@@ -216,6 +219,10 @@ TEST_F(Cli, OutputFlagsThatCannotBeHonouredAreRefusedBeforeTraining) {
   expect_usage_error(quick + "--save '" + (dir_ / "c").string() + "' --metrics '" + (dir_ / "." / "c").string() + "'",
                      "--metrics and --save name the same file");
   expect_usage_error(quick + "--load '" + a + "' --metrics '" + a + "'", "--metrics and --load name the same file");
+  // Also through a symbolic link to a file that does not exist yet.
+  std::filesystem::create_symlink("m.jsonl", dir_ / "link");
+  expect_usage_error(quick + "--metrics '" + (dir_ / "link").string() + "' --save '" + (dir_ / "m.jsonl").string() + "'",
+                     "--metrics and --save name the same file");
   expect_usage_error("--backend cpu --epochs 0 --load '" + a + "' --save '" + (dir_ / "b").string() + "'",
                      "--save: nothing to save with --epochs 0");
   expect_usage_error("--backend cpu --epochs 0 --load '" + a + "' --metrics '" + (dir_ / "m").string() + "'",
@@ -282,6 +289,29 @@ TEST_F(Cli, SignalLeavesALoadableCheckpoint) {
     EXPECT_GT(c.state->step, 0u);
     EXPECT_EQ(c.state->epochs, 3);
   }
+}
+
+// Under nohup (SIGHUP ignored when the program starts) a hangup stays ignored. A hangup that comes
+// twice (the shell's and the terminal's) is still one request to stop: the checkpoint is written.
+// Minibatches of 10000 or 20000 rows take a second or two, so the signals arrive while the run is in
+// its first step.
+TEST_F(Cli, HangupIsIgnoredUnderNohupAndCountsOnce) {
+  const std::string run_cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_TRAIN_EXE "' --backend cpu --quiet "
+                              "--test-limit 100 ";
+  const std::string err = (dir_ / "err").string();
+  const std::string nohup = "trap '' HUP; " + run_cmd + "--train-limit 10000 --batch-size 10000 --epochs 2 >/dev/null 2>'" +
+                            err + "' & pid=$!; sleep 1; kill -HUP $pid; wait $pid; exit $?";
+  int raw = std::system(nohup.c_str());
+  ASSERT_TRUE(WIFEXITED(raw));
+  EXPECT_EQ(WEXITSTATUS(raw), 0) << lenet::testing::slurp(err);
+  const std::string ckpt = (dir_ / "h.safetensors").string();
+  const std::string twice = run_cmd + "--train-limit 20000 --batch-size 20000 --epochs 3 --save '" + ckpt + "' >/dev/null 2>'" + err +
+                            "' & pid=$!; sleep 2.5; kill -HUP $pid; sleep 0.3; kill -HUP $pid; wait $pid; exit $?";
+  raw = std::system(twice.c_str());
+  ASSERT_TRUE(WIFEXITED(raw));
+  EXPECT_EQ(WEXITSTATUS(raw), 129) << lenet::testing::slurp(err);
+  EXPECT_EQ(lenet::testing::slurp(err).find("stopped at once"), std::string::npos) << lenet::testing::slurp(err);
+  EXPECT_NE(lenet::testing::slurp(err).find("checkpoint written to"), std::string::npos) << lenet::testing::slurp(err);
 }
 
 // A second signal ends the run at once, still with its line on stderr and 128 + signal. Two different

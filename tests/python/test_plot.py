@@ -125,14 +125,18 @@ class PlotSample(unittest.TestCase):
             self.assert_png(os.path.join(d, "out", "seconds_per_epoch.png"))
 
 
-class AccuracySeries(unittest.TestCase):
-    """plot.py's grouping, imported as a module (it imports matplotlib only to draw)."""
+class PlotModule(unittest.TestCase):
+    """plot.py imported as a module (it imports matplotlib only to draw)."""
 
     @classmethod
     def setUpClass(cls):
         spec = importlib.util.spec_from_file_location("plot", PLOT)
         cls.plot = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(cls.plot)
+
+
+class AccuracySeries(PlotModule):
+    """plot.py's grouping of test accuracies into lines."""
 
     def test_a_row_found_in_two_files_is_one_line(self):
         peer = {"name": "pytorch-textbook R=1", "replicas": 1, "test_acc_per_epoch": [0.1, 0.66, 0.71]}
@@ -142,11 +146,16 @@ class AccuracySeries(unittest.TestCase):
         self.assertEqual(len({label for label, _, _ in series}), 2, series)
 
 
+class SecondsSeries(PlotModule):
+    """plot.py's series of seconds per epoch."""
+
     def test_seconds_of_other_settings_are_other_series(self):
         base = {"impl": "lenet-dp", "mode": "cpu", "replicas": 1, "batch_size": 256, "lr": 0.2,
                 "train_examples": 60000, "seconds_per_epoch": 6.5}
         table = self.plot.seconds_table([("a.json", base), ("b.json", dict(base, replicas=2, seconds_per_epoch=7.0))])
         self.assertEqual(table, {"lenet-dp cpu": {1: 6.5, 2: 7.0}})
+        table = self.plot.seconds_table([("a.json", base), ("b.json", dict(base, replicas=2, batch_size=256.0))])
+        self.assertEqual(list(table), ["lenet-dp cpu"])  # 256 and 256.0 are one batch size
         small = dict(base, train_examples=500, seconds_per_epoch=0.06)
         old = {k: v for k, v in base.items() if k != "train_examples"}  # a row from before the field
         table = self.plot.seconds_table([("a.json", base), ("b.json", small), ("c.json", old)])
