@@ -245,7 +245,7 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
       return algo;
     }
     throw CudaError(std::string("cuDNN offers no deterministic fp32 algorithm for ") + what + " on cuda:" +
-                    std::to_string(ctx_.device()) + " (" + (tried.empty() ? "its heuristic listed none" : tried) + ")");
+                    std::to_string(ctx_.device()) + " (" + (tried.empty() ? "its heuristic listed no deterministic non-tensor-op candidate" : tried) + ")");
   };
 
   // One query per convolution and direction, at the largest row count, then pick() as above.
