@@ -244,8 +244,9 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
       algorithms_ += std::string(algorithms_.empty() ? "" : ", ") + what + " " + std::to_string(algo);
       return algo;
     }
+    if (tried.empty()) tried = "its heuristic listed no deterministic non-tensor-op candidate";
     throw CudaError(std::string("cuDNN offers no deterministic fp32 algorithm for ") + what + " on cuda:" +
-                    std::to_string(ctx_.device()) + " (" + (tried.empty() ? "its heuristic listed no deterministic non-tensor-op candidate" : tried) + ")");
+                    std::to_string(ctx_.device()) + " (" + tried + ")");
   };
 
   // One query per convolution and direction, at the largest row count, then pick() as above.
