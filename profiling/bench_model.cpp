@@ -152,20 +152,22 @@ BenchRow row_from_json(const nlohmann::json& j) {
 
 std::string peer_mismatch(const BenchRow& peer, int64_t train_examples, int batch_size, double lr) {
   std::vector<std::string> differences;
+  auto differs = [&](const std::string& theirs, const std::string& ours) {
+    differences.push_back(theirs + " (this run: " + ours + ")");
+  };
   if (peer.train_examples == 0) {
-    differences.push_back("does not record its training-set size (this run: " + std::to_string(train_examples) + ")");
+    differs("does not record its training-set size", std::to_string(train_examples));
   } else if (peer.train_examples != train_examples) {
-    differences.push_back("ran on " + std::to_string(peer.train_examples) + " training examples (this run: " +
-                          std::to_string(train_examples) + ")");
+    differs("ran on " + std::to_string(peer.train_examples) + " training examples", std::to_string(train_examples));
   }
-  if (peer.batch_size != batch_size) {
-    differences.push_back("used batch " + std::to_string(peer.batch_size) + " (this run: " + std::to_string(batch_size) +
-                          ")");
-  }
-  if (peer.lr != lr) differences.push_back("used lr " + engine::format_double(peer.lr) + " (this run: " + engine::format_double(lr) + ")");
+  if (peer.batch_size != batch_size) differs("used batch " + std::to_string(peer.batch_size), std::to_string(batch_size));
+  if (peer.lr != lr) differs("used lr " + engine::format_double(peer.lr), engine::format_double(lr));
   if (differences.empty()) return "";
   std::string note = "Note: " + peer.name;
-  for (size_t i = 0; i < differences.size(); ++i) note += (i == 0 ? " " : i + 1 == differences.size() ? " and " : ", ") + differences[i];
+  for (size_t i = 0; i < differences.size(); ++i) {
+    note += i == 0 ? " " : i + 1 == differences.size() ? " and " : ", ";
+    note += differences[i];
+  }
   return note + ": its numbers do not compare with the others.\n";
 }
 
