@@ -63,6 +63,7 @@ struct TrainingState {
   int replicas = 0;     // >= 1
   uint64_t train_examples = 0;  // the training set's size (after --train-limit), >= 1
   EpochSoFar epoch_so_far;  // of epoch `epoch` + 1 when `step` is in its middle; zero at an epoch's end
+  uint64_t test_examples = 0;  // the test set's size (after --test-limit); 0: not recorded (optional field)
 };
 
 struct Checkpoint {

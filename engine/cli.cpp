@@ -226,12 +226,14 @@ void apply_resume_state(CliOptions& o, const TrainingState& st) {
   o.train.batch_size = st.batch_size;
   o.replicas = st.replicas;
   if (!o.epochs_given) o.train.epochs = st.epochs;
-  // The first train_examples examples, as the interrupted run had; another --train-limit is refused
-  // once the data is loaded.
-  if (o.train_limit == 0) {
-    o.train_limit = st.train_examples;
-    o.train_limit_from_checkpoint = true;
-  }
+  // The first train_examples and test_examples examples, as the interrupted run had. Another
+  // --train-limit is refused once the data is loaded, another --test-limit here (its metrics would not
+  // compare); a checkpoint that does not record the test set's size takes the flag as it is.
+  conflict(o.test_limit != 0 && st.test_examples != 0, o.test_limit != st.test_examples, "--test-limit",
+           std::to_string(st.test_examples));
+  if (o.train_limit == 0 || (o.test_limit == 0 && st.test_examples != 0)) o.limits_from_checkpoint = true;
+  if (o.train_limit == 0) o.train_limit = st.train_examples;
+  if (o.test_limit == 0) o.test_limit = st.test_examples;
   o.train.start_step = st.step;
   o.train.start_so_far = st.epoch_so_far;
 }
@@ -302,9 +304,8 @@ int run_cli(int argc, const char* const* argv) {
       try {
         return io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), o.train_limit, o.test_limit);
       } catch (const io::LimitError& e) {
-        if (!o.train_limit_from_checkpoint || std::string(e.what()).rfind("--train-limit", 0) != 0) throw UsageError(e.what());
-        throw UsageError("--resume " + o.resume_path + ": the interrupted run trained on " + std::to_string(o.train_limit) +
-                         " examples, more than this data set has (" + io::resolve_data_dir(o.data_dir) + ")");
+        if (!o.limits_from_checkpoint) throw UsageError(e.what());
+        throw UsageError("--resume " + o.resume_path + ": the interrupted run's data set was larger (" + e.what() + ")");
       }
     }();
     if (g_stop_signal != 0) return stopped("while loading the data");
@@ -355,7 +356,7 @@ int run_cli(int argc, const char* const* argv) {
       o.train.checkpoint = [&, replicas](int completed_epochs, uint64_t steps, const EpochSoFar& so_far) {
         save_checkpoint(o.save_path, backend->parameters(0),
                         {completed_epochs, o.train.epochs, o.train.seed, steps, o.train.lr, o.train.batch_size, replicas,
-                         data.train.size(), so_far});
+                         data.train.size(), so_far, data.test.size()});
         saved = true;
       };
     }
@@ -366,10 +367,8 @@ int run_cli(int argc, const char* const* argv) {
       std::cout << final_line(result.epochs.back().test_acc, result.mean_epoch_seconds, backend->devices()) << std::endl;
       return 0;
     } catch (const TrainingStopped& e) {
-      // The flags a checkpoint does not record, which a resumed run needs again to go on alike.
-      std::string again;
-      if (o.test_limit != 0) again += " --test-limit " + std::to_string(o.test_limit);
-      if (!o.train.metrics_path.empty()) again += " --metrics " + o.train.metrics_path;
+      // The flag a checkpoint does not record, which a resumed run needs again to go on alike.
+      const std::string again = o.train.metrics_path.empty() ? "" : " --metrics " + o.train.metrics_path;
       std::cerr << kProgram << ": " << e.what()
                 << (o.save_path.empty() ? "; no --save given, nothing written"
                                         : "; checkpoint written to " + o.save_path + ", go on with --resume " + o.save_path + again)

@@ -80,6 +80,7 @@ TrainingState sample_state() {
   s.batch_size = 256;
   s.replicas = 3;
   s.train_examples = 59999;
+  s.test_examples = 9999;
   s.epoch_so_far = {1000.0 / 3.0, 59998, 0.1 + 0.7};  // the doubles' shortest round trips need 17 digits
   return s;
 }
@@ -105,6 +106,7 @@ void expect_same_state(const std::optional<TrainingState>& loaded, const Trainin
   EXPECT_EQ(a.batch_size, b.batch_size);
   EXPECT_EQ(a.replicas, b.replicas);
   EXPECT_EQ(a.train_examples, b.train_examples);
+  EXPECT_EQ(a.test_examples, b.test_examples);
   EXPECT_EQ(bits(a.epoch_so_far.loss_sum), bits(b.epoch_so_far.loss_sum));
   EXPECT_EQ(a.epoch_so_far.correct, b.epoch_so_far.correct);
   EXPECT_EQ(bits(a.epoch_so_far.seconds), bits(b.epoch_so_far.seconds));
@@ -238,6 +240,7 @@ TEST_F(CheckpointFiles, IndependentReaderFindsSafetensorsLayout) {
   EXPECT_EQ(meta.at("batch_size"), "256");
   EXPECT_EQ(meta.at("replicas"), "3");
   EXPECT_EQ(meta.at("train_examples"), "59999");
+  EXPECT_EQ(meta.at("test_examples"), "9999");
   EXPECT_EQ(std::stod(meta.at("epoch_loss_sum").get<std::string>()), 1000.0 / 3.0);
   EXPECT_EQ(meta.at("epoch_correct"), "59998");
   EXPECT_EQ(std::stod(meta.at("epoch_seconds").get<std::string>()), 0.1 + 0.7);
@@ -662,6 +665,20 @@ TEST_F(CheckpointFiles, MissingStateFieldIsRejected) {
   }
 }
 
+// The test set's size came within format 2: a checkpoint written before it (no "test_examples") still
+// resumes, with the size unknown (0); one written without a known size leaves the field out.
+TEST_F(CheckpointFiles, TestSetSizeIsOptional) {
+  const std::string older = write_raw("older.safetensors", edited([](json& h) { h["__metadata__"].erase("test_examples"); }));
+  const Checkpoint c = lenet::engine::load_checkpoint(older);
+  ASSERT_TRUE(c.state.has_value());
+  EXPECT_EQ(c.state->test_examples, 0u);
+  TrainingState unknown = sample_state();
+  unknown.test_examples = 0;
+  lenet::engine::save_checkpoint(path_, sample_parameters(), unknown);
+  EXPECT_FALSE(json::parse(split(lenet::testing::read_bytes(path_)).header_text).at("__metadata__").contains("test_examples"));
+  expect_same_state(lenet::engine::load_checkpoint(path_).state, unknown);
+}
+
 // What PyTorch's safetensors.torch.save_file writes for the source text's network: the same tensors
 // with no __metadata__, or with metadata of its own. Its parameters load; there is no state to resume.
 TEST_F(CheckpointFiles, ForeignSafetensorsLoadsAsParametersOnly) {
@@ -691,7 +708,7 @@ TEST_F(CheckpointFiles, UnparsableMetadataIsRejected) {
   const std::vector<std::pair<std::string, std::string>> numbers = {
       {"epoch", "3x"}, {"epoch", "-1"}, {"epoch", ""}, {"epoch", " 3"}, {"epochs", "1e1"}, {"epochs", "+10"},
       {"seed", "18446744073709551616"},  // 2^64
-      {"step", "0x10"}, {"batch_size", "256.0"}, {"replicas", "three"}, {"epoch_correct", "-5"}};
+      {"step", "0x10"}, {"batch_size", "256.0"}, {"replicas", "three"}, {"epoch_correct", "-5"}, {"test_examples", "1e4"}};
   for (const auto& c : numbers) {
     const std::string &field = c.first, &value = c.second;
     const std::string m = rejection(edited([&](json& h) { h["__metadata__"][field] = value; }));

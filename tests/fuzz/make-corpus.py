@@ -88,6 +88,7 @@ def main():
         "tensor-missing": checkpoint_header(lambda h: h.pop("fc2.bias")),
         "metadata-missing": checkpoint_header(lambda h: h.pop("__metadata__")),
         "metadata-lr-unparsable": checkpoint_header(lambda h: h["__metadata__"].__setitem__("lr", "0.2x")),
+        "metadata-test-examples": checkpoint_header(lambda h: h["__metadata__"].__setitem__("test_examples", "10000")),
         "header-array": struct.pack("<Q", 7) + b"[1,2,3]",
     }
     for name, data in seeds.items():
