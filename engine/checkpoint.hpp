@@ -35,7 +35,8 @@ class CheckpointError : public std::runtime_error {
 
 // The value of __metadata__["format"]; a reader of another layout must change the version. Version 1
 // (no epoch_* or train_examples fields; the same tensors) loads as parameters only; any other version
-// is rejected (a newer lenet-dp wrote it).
+// is rejected (a newer lenet-dp wrote it). Within version 2, "test_examples" is optional (added later;
+// older readers ignore metadata they do not know).
 constexpr const char* kCheckpointFormatName = "lenet-dp checkpoint";
 constexpr const char* kCheckpointFormat = "lenet-dp checkpoint 2";
 constexpr const char* kCheckpointFormatParametersOnly = "lenet-dp checkpoint 1";
