@@ -231,7 +231,8 @@ void apply_resume_state(CliOptions& o, const TrainingState& st) {
   // compare); a checkpoint that does not record the test set's size takes the flag as it is.
   conflict(o.test_limit != 0 && st.test_examples != 0, o.test_limit != st.test_examples, "--test-limit",
            std::to_string(st.test_examples));
-  if (o.train_limit == 0 || (o.test_limit == 0 && st.test_examples != 0)) o.limits_from_checkpoint = true;
+  o.train_limit_from_checkpoint = o.train_limit == 0;
+  o.test_limit_from_checkpoint = o.test_limit == 0 && st.test_examples != 0;
   if (o.train_limit == 0) o.train_limit = st.train_examples;
   if (o.test_limit == 0) o.test_limit = st.test_examples;
   o.train.start_step = st.step;
@@ -304,8 +305,11 @@ int run_cli(int argc, const char* const* argv) {
       try {
         return io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), o.train_limit, o.test_limit);
       } catch (const io::LimitError& e) {
-        if (!o.limits_from_checkpoint) throw UsageError(e.what());
-        throw UsageError("--resume " + o.resume_path + ": the interrupted run's data set was larger (" + e.what() + ")");
+        const std::string what = e.what();
+        const bool from_checkpoint = what.rfind("--train-limit", 0) == 0 ? o.train_limit_from_checkpoint
+                                                                         : o.test_limit_from_checkpoint;
+        if (!from_checkpoint) throw UsageError(what);
+        throw UsageError("--resume " + o.resume_path + ": the interrupted run's data set was larger (" + what + ")");
       }
     }();
     if (g_stop_signal != 0) return stopped("while loading the data");

@@ -159,6 +159,25 @@ TEST_F(Cli, SaveResumeEqualsUninterruptedAndLoadEvaluates) {
   // Another test set would give metrics that do not compare with the interrupted run's.
   expect_usage_error("--backend cpu --quiet --epochs 3 --test-limit 50 --resume '" + b + "'",
                      "--test-limit differs from the value 100 saved in --resume");
+  // A data set smaller than the checkpoint's sizes: the message says where the size came from.
+  const std::filesystem::path small = dir_ / "small-data";
+  std::filesystem::create_directory(small);
+  for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte"}) {
+    for (const std::string suffix : {"", ".gz"}) {
+      const std::filesystem::path real = std::filesystem::path(LENET_TEST_DATA_DIR) / (name + suffix);
+      if (std::filesystem::exists(real)) std::filesystem::create_symlink(real, small / (name + suffix));
+    }
+  }
+  const uint32_t n = 50;  // a test set of 50 blank images of class 0, as IDX files
+  auto be32 = [](uint32_t v) { return std::string{char(v >> 24), char(v >> 16), char(v >> 8), char(v)}; };
+  std::ofstream(small / "t10k-images-idx3-ubyte", std::ios::binary)
+      << be32(0x803) << be32(n) << be32(28) << be32(28) << std::string(n * 784, '\0');
+  std::ofstream(small / "t10k-labels-idx1-ubyte", std::ios::binary) << be32(0x801) << be32(n) << std::string(n, '\0');
+  const std::string resume_small = "--backend cpu --quiet --epochs 3 --data-dir '" + small.string() + "' --resume '" + b + "'";
+  expect_usage_error(resume_small, "the interrupted run's data set was larger (--test-limit 100: the test set has only 50");
+  const Result given = run(resume_small + " --test-limit 100");  // the flag's own limit: said plainly
+  EXPECT_EQ(given.status, 2);
+  EXPECT_EQ(given.err.rfind("lenet-train: --test-limit 100: the test set has only 50", 0), 0u) << given.err;
   // The saved step count means other epochs with another --train-limit: refused, not reinterpreted.
   expect_usage_error("--backend cpu --quiet --train-limit 250 --test-limit 100 --epochs 3 --resume '" + b + "'",
                      "--train-limit");
