@@ -126,10 +126,10 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
   uint64_t step = options.start_step;
   auto stop_signal = [&] { return options.stop_requested ? options.stop_requested() : 0; };
   TrainResult result;
+  backend.take_train_stats();  // the counts start at zero; each epoch's end takes its own
   for (int e = static_cast<int>(step / batches); e < options.epochs; ++e) {
     profiling::Range epoch_range("epoch");
     const std::vector<uint32_t> order = sampler.epoch_order(static_cast<uint64_t>(e));
-    backend.take_train_stats();  // start the epoch's counts at zero
     const uint64_t first_step = step;
     // Only a resumed run's first epoch can start mid-way; the steps before the stop are full minibatches.
     const EpochSoFar before = step % batches == 0 ? EpochSoFar{} : options.start_so_far;
