@@ -231,8 +231,6 @@ void apply_resume_state(CliOptions& o, const TrainingState& st) {
   // compare); a checkpoint that does not record the test set's size takes the flag as it is.
   conflict(o.test_limit != 0 && st.test_examples != 0, o.test_limit != st.test_examples, "--test-limit",
            std::to_string(st.test_examples));
-  o.train_limit_from_checkpoint = o.train_limit == 0;
-  o.test_limit_from_checkpoint = o.test_limit == 0 && st.test_examples != 0;
   if (o.train_limit == 0) o.train_limit = st.train_examples;
   if (o.test_limit == 0) o.test_limit = st.test_examples;
   o.train.start_step = st.step;
@@ -253,14 +251,13 @@ int run_cli(int argc, const char* const* argv) {
     if (!parsed) return 0;
     CliOptions o = *parsed;
     std::optional<Checkpoint> checkpoint;
-    if (!o.load_path.empty()) {
-      checkpoint = load_checkpoint(o.load_path);
-      check_finite_parameters(checkpoint->parameters, o.load_path);
-    }
+    if (!o.load_path.empty()) checkpoint = load_checkpoint(o.load_path);
+    if (!o.resume_path.empty()) checkpoint = load_checkpoint(o.resume_path);  // --load and --resume exclude each other
+    if (checkpoint) check_finite_parameters(checkpoint->parameters, o.load_path.empty() ? o.resume_path : o.load_path);
+    // What the flags gave before a resumed run fills in the rest from its checkpoint.
     const bool replicas_given = o.replicas.has_value();
+    const bool train_limit_given = o.train_limit != 0, test_limit_given = o.test_limit != 0;
     if (!o.resume_path.empty()) {
-      checkpoint = load_checkpoint(o.resume_path);
-      check_finite_parameters(checkpoint->parameters, o.resume_path);
       if (!checkpoint->state) {
         throw UsageError("--resume " + o.resume_path +
                          ": parameters only, no training state this lenet-dp can resume (a PyTorch file, or a checkpoint "
@@ -305,11 +302,9 @@ int run_cli(int argc, const char* const* argv) {
       try {
         return io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), o.train_limit, o.test_limit);
       } catch (const io::LimitError& e) {
-        const std::string what = e.what();
-        const bool from_checkpoint = what.rfind("--train-limit", 0) == 0 ? o.train_limit_from_checkpoint
-                                                                         : o.test_limit_from_checkpoint;
-        if (!from_checkpoint) throw UsageError(what);
-        throw UsageError("--resume " + o.resume_path + ": the interrupted run's data set was larger (" + what + ")");
+        const bool given = e.flag == "--train-limit" ? train_limit_given : test_limit_given;
+        if (given || o.resume_path.empty()) throw UsageError(e.what());
+        throw UsageError("--resume " + o.resume_path + ": the interrupted run's data set was larger (" + e.what() + ")");
       }
     }();
     if (g_stop_signal != 0) return stopped("while loading the data");
@@ -324,7 +319,8 @@ int run_cli(int argc, const char* const* argv) {
       if (st.step / batches != uint64_t(st.epoch)) {
         throw UsageError("--resume " + o.resume_path + ": " + std::to_string(st.step) + " steps and " +
                          std::to_string(st.epoch) + " epochs done do not fit " + std::to_string(batches) +
-                         " minibatches per epoch; use the interrupted run's --train-limit");
+                         " minibatches per epoch of its " + std::to_string(st.train_examples) + " examples at batch " +
+                         std::to_string(st.batch_size));
       }
       const uint64_t into_epoch = st.step % batches;  // full minibatches done in the interrupted epoch
       const EpochSoFar& so_far = st.epoch_so_far;

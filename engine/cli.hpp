@@ -18,8 +18,6 @@ struct CliOptions {
   std::string data_dir;
   size_t train_limit = 0;  // 0: all
   size_t test_limit = 0;
-  // --resume without --train-limit / --test-limit: the interrupted run's sizes.
-  bool train_limit_from_checkpoint = false, test_limit_from_checkpoint = false;
   std::string save_path;    // --save: checkpoint after every epoch and when stopped
   std::string load_path;    // --load: start from a checkpoint's parameters
   std::string resume_path;  // --resume: continue a checkpointed run where it stopped

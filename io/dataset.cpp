@@ -21,7 +21,8 @@ void apply_limit(Split& split, size_t limit, const char* flag, const char* what)
   if (limit == 0) return;
   if (limit > split.size()) {
     throw LimitError(std::string(flag) + " " + std::to_string(limit) + ": the " + what + " set has only " +
-                    std::to_string(split.size()) + " examples");
+                         std::to_string(split.size()) + " examples",
+                     flag);
   }
   split.labels.resize(limit);
   split.pixels.resize(limit * kImagePixels);

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/idx.hpp"
@@ -40,7 +41,8 @@ std::string find_data_file(const std::string& dir, const std::string& name);
 // A --train-limit or --test-limit larger than its split: the flag is wrong, not the data.
 class LimitError : public DataError {
  public:
-  using DataError::DataError;
+  LimitError(const std::string& message, std::string flag) : DataError(message), flag(std::move(flag)) {}
+  std::string flag;  // "--train-limit" or "--test-limit"
 };
 
 // Loads the four files. A limit of 0 keeps every example; a larger limit than the split holds is a

@@ -193,8 +193,7 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
   // The trial runs read and write the replica's own buffers: zero them first (the start parameters
   // are uploaded later, and whatever a trial leaves is overwritten before it is read).
   for (const DeviceBuffer<float>* b : {&params_, &grads_, &x_, &a1_, &da1_, &p1_, &dp1_, &a2_, &da2_})
-    LENET_CUDA_CHECK(cudaMemset(b->get(), 0, b->bytes()));
-  LENET_CUDA_CHECK(cudaDeviceSynchronize());  // the memsets ran on the legacy stream, the trials on ctx_'s
+    LENET_CUDA_CHECK(cudaMemsetAsync(b->get(), 0, b->bytes(), ctx_.stream()));  // on the trials' stream
   const model::LenetView<float> p = model::view(params_.get());
   const model::LenetView<float> g = model::view(grads_.get());
 

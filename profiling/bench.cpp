@@ -104,8 +104,7 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
   row.batch_size = o.batch_size;
   row.lr = o.lr;
   row.train_examples = int64_t(data.train.size());
-  const bool traced = !o.no_trace && mode != "cpu" && profiling::CuptiTrace::available();
-  row.epochs = 1 + o.timed_epochs + (traced ? 1 : 0);
+  const bool traced = !o.no_trace && mode != "cpu";  // no_trace is set where CUPTI is unavailable
   auto evaluate = [&] {
     row.test_acc_per_epoch.push_back(double(backend->count_correct(data.test, o.batch_size)) / double(data.test.size()));
   };
@@ -125,12 +124,10 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
   row.seconds_per_epoch = total / o.timed_epochs;
   row.examples_per_second = double(data.train.size()) / *row.seconds_per_epoch;
   row.host_enqueue_ms_per_step = host / double(steps) * 1e3;
-  if (traced) {
+  // One more epoch traced with CUPTI, for the columns it fills; a failure leaves them empty.
+  if (traced) [&] {
     auto untraced = [&](const std::string& why) {
       std::cerr << "lenet-bench: " << why << "; the traced columns of " << row.name << " stay empty" << std::endl;
-      row.epochs = int(row.test_acc_per_epoch.size());  // the traced epoch may not have run
-      row.test_acc = row.test_acc_per_epoch.back();
-      return row;
     };
     profiling::CuptiTrace trace;
     std::vector<uint64_t> step_starts;
@@ -161,7 +158,8 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
     row.kernel_launches_per_step = double(a.host_launched_kernels) / n;
     row.graph_launches_per_step = double(a.graph_launches) / n;
     row.allreduce_ms_per_step = a.allreduce_seconds / n * 1e3;
-  }
+  }();
+  row.epochs = int(row.test_acc_per_epoch.size());  // every epoch that ran: warm-up, timed, traced
   row.test_acc = row.test_acc_per_epoch.back();
   return row;
 }
@@ -399,8 +397,7 @@ int main(int argc, char** argv) {
     if (!o.no_trace && wants_gpu && !profiling::CuptiTrace::available()) {
       std::cerr << "lenet-bench: " << profiling::CuptiTrace::unavailable_reason() << "; CUPTI columns stay empty" << std::endl;
       o.no_trace = true;
-    }
-    if (!o.no_trace && wants_gpu && profiling::CuptiTrace::available()) {
+    } else if (!o.no_trace && wants_gpu) {
       try {
         profiling::CuptiTrace::prepare();  // before any graph is captured
       } catch (const std::exception& e) {

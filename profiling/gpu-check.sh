@@ -33,12 +33,12 @@ budget=${LENET_CHECK_BUDGET:-450}
 epochs=${LENET_CHECK_EPOCHS:-10}
 phases=" ${LENET_CHECK_PHASES:-tests sanitizers experiment sweep bench cpu} "
 phase() { [[ $phases == *" $1 "* ]]; }
+all_phases="tests gputests sanitizers accuracy experiment sweep bench cpu"
 for p in $phases; do
-  case $p in
-    tests | gputests | sanitizers | accuracy | experiment | sweep | bench | cpu) ;;
-    *) echo "gpu-check.sh: unknown phase '$p' in LENET_CHECK_PHASES (tests gputests sanitizers accuracy experiment sweep bench cpu)" >&2
-       exit 2 ;;
-  esac
+  if [[ " $all_phases " != *" $p "* ]]; then
+    echo "gpu-check.sh: unknown phase '$p' in LENET_CHECK_PHASES ($all_phases)" >&2
+    exit 2
+  fi
 done
 bundle=$root/.gpu-bundle
 build=$root/build-gpu

@@ -24,4 +24,30 @@ inline void write_bytes(const std::string& path, const Bytes& bytes) {
   EXPECT_TRUE(out.good()) << path;
 }
 
+// IDX files (big-endian header, then the bytes): images with a pattern pixel_value gives, and labels.
+inline void put_be32(Bytes& b, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) b.push_back(static_cast<uint8_t>(v >> shift));
+}
+
+inline uint8_t pixel_value(uint32_t image, uint32_t p) { return static_cast<uint8_t>(image * 31 + p * 7); }
+
+inline Bytes idx_images(uint32_t count, uint32_t rows = 28, uint32_t cols = 28, uint32_t magic = 0x803) {
+  Bytes b;
+  put_be32(b, magic);
+  put_be32(b, count);
+  put_be32(b, rows);
+  put_be32(b, cols);
+  for (uint32_t i = 0; i < count; ++i)
+    for (uint32_t p = 0; p < rows * cols; ++p) b.push_back(pixel_value(i, p));
+  return b;
+}
+
+inline Bytes idx_labels(const Bytes& labels, uint32_t magic = 0x801) {
+  Bytes b;
+  put_be32(b, magic);
+  put_be32(b, static_cast<uint32_t>(labels.size()));
+  b.insert(b.end(), labels.begin(), labels.end());
+  return b;
+}
+
 }  // namespace lenet::testing

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "byte_files.hpp"
 #include "cli_runner.hpp"
 #include "engine/checkpoint.hpp"
 #include "engine/cuda_probe.hpp"
@@ -168,11 +169,9 @@ TEST_F(Cli, SaveResumeEqualsUninterruptedAndLoadEvaluates) {
       if (std::filesystem::exists(real)) std::filesystem::create_symlink(real, small / (name + suffix));
     }
   }
-  const uint32_t n = 50;  // a test set of 50 blank images of class 0, as IDX files
-  auto be32 = [](uint32_t v) { return std::string{char(v >> 24), char(v >> 16), char(v >> 8), char(v)}; };
-  std::ofstream(small / "t10k-images-idx3-ubyte", std::ios::binary)
-      << be32(0x803) << be32(n) << be32(28) << be32(28) << std::string(n * 784, '\0');
-  std::ofstream(small / "t10k-labels-idx1-ubyte", std::ios::binary) << be32(0x801) << be32(n) << std::string(n, '\0');
+  // A test set of 50 examples.
+  lenet::testing::write_bytes((small / "t10k-images-idx3-ubyte").string(), lenet::testing::idx_images(50));
+  lenet::testing::write_bytes((small / "t10k-labels-idx1-ubyte").string(), lenet::testing::idx_labels(lenet::testing::Bytes(50, 0)));
   const std::string resume_small = "--backend cpu --quiet --epochs 3 --data-dir '" + small.string() + "' --resume '" + b + "'";
   expect_usage_error(resume_small, "the interrupted run's data set was larger (--test-limit 100: the test set has only 50");
   const Result given = run(resume_small + " --test-limit 100");  // the flag's own limit: said plainly

@@ -25,33 +25,12 @@
 namespace fs = std::filesystem;
 using lenet::io::DataError;
 using lenet::testing::Bytes;
+using lenet::testing::idx_images;
+using lenet::testing::idx_labels;
+using lenet::testing::pixel_value;
+using lenet::testing::put_be32;
 
 namespace {
-
-void put_be32(Bytes& b, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) b.push_back(static_cast<uint8_t>(v >> shift));
-}
-
-uint8_t pixel_value(uint32_t image, uint32_t p) { return static_cast<uint8_t>(image * 31 + p * 7); }
-
-Bytes idx_images(uint32_t count, uint32_t rows = 28, uint32_t cols = 28, uint32_t magic = 0x803) {
-  Bytes b;
-  put_be32(b, magic);
-  put_be32(b, count);
-  put_be32(b, rows);
-  put_be32(b, cols);
-  for (uint32_t i = 0; i < count; ++i)
-    for (uint32_t p = 0; p < rows * cols; ++p) b.push_back(pixel_value(i, p));
-  return b;
-}
-
-Bytes idx_labels(const Bytes& labels, uint32_t magic = 0x801) {
-  Bytes b;
-  put_be32(b, magic);
-  put_be32(b, static_cast<uint32_t>(labels.size()));
-  b.insert(b.end(), labels.begin(), labels.end());
-  return b;
-}
 
 // Runs `f`, requires a DataError, and returns its message so callers can check what it names.
 std::string data_error_of(const std::function<void()>& f) {
