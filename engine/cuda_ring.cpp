@@ -76,18 +76,14 @@ void enqueue_ring_allreduce(const RingSchedule& schedule, const std::vector<Ring
     throw std::invalid_argument("enqueue_ring_allreduce: " + std::to_string(members.size()) + " members for " +
                                 std::to_string(schedule.replicas()) + " replicas");
   }
-  for (const std::vector<Transfer>& step : schedule.steps()) {
-    // Waits first, while every progress event still marks the previous step; recording a member's event
-    // before its successor waited would order the successor behind this step too (correct, but serial).
-    for (const Transfer& t : step) {
-      const RingMember& dst = members[static_cast<size_t>(t.dst)];
-      LENET_CUDA_CHECK(cudaStreamWaitEvent(dst.stream, members[static_cast<size_t>(t.src)].progress, 0));
+  struct Queue {
+    const std::vector<RingMember>& m;
+    void wait(int dst, int src) {
+      LENET_CUDA_CHECK(cudaStreamWaitEvent(m[size_t(dst)].stream, m[size_t(src)].progress, 0));
     }
-    for (const Transfer& t : step) {
-      const ChunkRange& c = schedule.chunks()[static_cast<size_t>(t.chunk)];
-      if (c.size == 0) continue;
-      const RingMember& src = members[static_cast<size_t>(t.src)];
-      const RingMember& dst = members[static_cast<size_t>(t.dst)];
+    void transfer(const Transfer& t, const ChunkRange& c) {
+      const RingMember& src = m[static_cast<size_t>(t.src)];
+      const RingMember& dst = m[static_cast<size_t>(t.dst)];
       cuda::DeviceGuard guard(dst.device);
       const size_t bytes = c.size * sizeof(float);
       // cudaMemcpyDefault: unified addressing finds both devices; a peer copy where they differ.
@@ -99,11 +95,12 @@ void enqueue_ring_allreduce(const RingSchedule& schedule, const std::vector<Ring
                                          dst.stream));
       }
     }
-    for (const RingMember& m : members) {
-      cuda::DeviceGuard guard(m.device);
-      LENET_CUDA_CHECK(cudaEventRecord(m.progress, m.stream));
+    void record(int r) {
+      cuda::DeviceGuard guard(m[size_t(r)].device);
+      LENET_CUDA_CHECK(cudaEventRecord(m[size_t(r)].progress, m[size_t(r)].stream));
     }
-  }
+  } queue{members};
+  enqueue_ring(schedule, queue);
 }
 
 }  // namespace lenet::engine

@@ -63,6 +63,29 @@ class RingSchedule {
   std::vector<std::vector<Transfer>> steps_;
 };
 
+// The schedule as the CUDA graph mode enqueues it on one stream per replica, ordered by one progress
+// event per replica. `queue` provides
+//   wait(dst, src)            replica dst's stream waits for replica src's progress event;
+//   transfer(t, chunk)        on replica t.dst's stream: a reduce copies the chunk into the receive
+//                             buffer and adds it, a gather copies it into the buffer (never empty);
+//   record(replica)           the replica's progress event marks the work on its stream so far.
+// The caller records every progress event after the work that produced the buffers. A step's transfer
+// waits only for its sender's previous step; the chain of those waits around the ring orders every
+// later write of a chunk behind the earlier reads of it (tests/cpu/test_ring.cpp checks that on a model
+// of streams and events). A step's waits all come before its records: recording a sender's event
+// before its receiver waited would order the receiver behind this step too (correct, but serial).
+template <typename Queue>
+void enqueue_ring(const RingSchedule& schedule, Queue& queue) {
+  for (const std::vector<Transfer>& step : schedule.steps()) {
+    for (const Transfer& t : step) queue.wait(t.dst, t.src);
+    for (const Transfer& t : step) {
+      const ChunkRange& c = schedule.chunks()[static_cast<size_t>(t.chunk)];
+      if (c.size > 0) queue.transfer(t, c);
+    }
+    for (int r = 0; r < schedule.replicas(); ++r) queue.record(r);
+  }
+}
+
 // Executes the schedule on host buffers (one per replica, each schedule.length() floats): afterwards
 // every buffer holds the elementwise sum of all of them.
 void ring_allreduce_host(const RingSchedule& schedule, const std::vector<float*>& buffers);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "engine/ring.hpp"
@@ -123,6 +124,147 @@ TEST(RingAllreduce, TransfersOfAStepCommute) {
       }
     }
   EXPECT_EQ(a, b);
+}
+
+// A model of the streams and events enqueue_ring drives, with vector clocks: every operation of a stream
+// gets the next tick of that stream's clock component, an event record copies the stream's clock and a
+// wait merges the event's clock into the waiting stream's. Operation a precedes b on the device exactly
+// when a runs on b's stream earlier or b's clock covers a's tick. The model also runs the transfers on
+// host buffers in the order they were enqueued, with the receive buffers the GPU uses.
+//
+// A wait only orders a stream behind work enqueued before it, so when every two conflicting accesses
+// (same memory, one a write) are ordered, every execution the device may choose computes what the
+// enqueue order computes.
+class StreamModel {
+ public:
+  StreamModel(const RingSchedule& s, std::vector<std::vector<float>> buffers)
+      : schedule_(s),
+        r_(size_t(s.replicas())),
+        clock_(r_, std::vector<int>(r_, 0)),
+        event_(r_, std::vector<int>(r_, 0)),
+        buffers_(std::move(buffers)),
+        receive_(r_, std::vector<float>(s.chunks()[0].size, 0.0f)) {}
+
+  // What the graph mode does around the ring: each replica's backward pass writes its whole buffer and
+  // records its progress event; afterwards its SGD update reads the whole buffer.
+  void produce() {
+    for (size_t r = 0; r < r_; ++r) {
+      access(r, buffer_of(r), {0, schedule_.length()}, true);
+      record(int(r));
+    }
+  }
+  void consume() {
+    for (size_t r = 0; r < r_; ++r) access(r, buffer_of(r), {0, schedule_.length()}, false);
+  }
+
+  void wait(int dst, int src) {
+    for (size_t i = 0; i < r_; ++i) clock_[size_t(dst)][i] = std::max(clock_[size_t(dst)][i], event_[size_t(src)][i]);
+  }
+  void record(int r) { event_[size_t(r)] = clock_[size_t(r)]; }
+  void transfer(const Transfer& t, const ChunkRange& c) {
+    const size_t d = size_t(t.dst), s = size_t(t.src);
+    const float* in = buffers_[s].data() + c.offset;
+    float* out = buffers_[d].data() + c.offset;
+    access(d, buffer_of(s), c, false);  // the copy, on the receiver's stream
+    if (t.reduce) {
+      access(d, receive_of(d), {0, c.size}, true);
+      std::copy(in, in + c.size, receive_[d].begin());
+      access(d, receive_of(d), {0, c.size}, false);  // the add kernel
+      access(d, buffer_of(d), c, false);
+      access(d, buffer_of(d), c, true);
+      for (size_t i = 0; i < c.size; ++i) out[i] += receive_[d][i];
+    } else {
+      access(d, buffer_of(d), c, true);
+      std::copy(in, in + c.size, out);
+    }
+  }
+
+  // Every unordered pair of conflicting accesses, one line each.
+  std::vector<std::string> races() const {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < log_.size(); ++i)
+      for (size_t j = i + 1; j < log_.size(); ++j) {
+        const Access& a = log_[i];
+        const Access& b = log_[j];
+        const bool overlap = a.memory == b.memory && a.range.offset < b.range.offset + b.range.size &&
+                             b.range.offset < a.range.offset + a.range.size;
+        if (overlap && (a.write || b.write) && !precedes(a, b)) out.push_back(describe(a) + " vs " + describe(b));
+      }
+    return out;
+  }
+  const std::vector<std::vector<float>>& buffers() const { return buffers_; }
+
+ private:
+  struct Access {
+    size_t stream;
+    std::vector<int> clock;  // the stream's clock at the access, its own tick included
+    size_t memory;
+    ChunkRange range;
+    bool write;
+  };
+  size_t buffer_of(size_t r) const { return r; }
+  size_t receive_of(size_t r) const { return r_ + r; }
+  void access(size_t stream, size_t memory, ChunkRange range, bool write) {
+    ++clock_[stream][stream];
+    log_.push_back({stream, clock_[stream], memory, range, write});
+  }
+  static bool precedes(const Access& a, const Access& b) { return b.clock[a.stream] >= a.clock[a.stream]; }
+  std::string describe(const Access& a) const {
+    return std::string(a.write ? "write" : "read") + " of " + (a.memory < r_ ? "buffer " : "receive ") +
+           std::to_string(a.memory % r_) + "[" + std::to_string(a.range.offset) + "+" + std::to_string(a.range.size) +
+           ") on stream " + std::to_string(a.stream) + " tick " + std::to_string(a.clock[a.stream]);
+  }
+
+  const RingSchedule& schedule_;
+  size_t r_;
+  std::vector<std::vector<int>> clock_, event_;
+  std::vector<std::vector<float>> buffers_, receive_;
+  std::vector<Access> log_;
+};
+
+TEST(RingOnStreams, EveryConflictIsOrderedByEventsAndTheSumIsExact) {
+  std::mt19937 gen(13);
+  for (int r = 1; r <= 8; ++r) {
+    for (size_t len : {size_t{1}, size_t{5}, size_t{29}}) {
+      const RingSchedule s(r, len);
+      const auto bufs = integer_buffers(r, len, gen);
+      std::vector<float> expected(len, 0.0f);
+      for (const auto& b : bufs)
+        for (size_t i = 0; i < len; ++i) expected[i] += b[i];
+      StreamModel model(s, bufs);
+      model.produce();
+      enqueue_ring(s, model);
+      model.consume();
+      const std::vector<std::string> races = model.races();
+      EXPECT_TRUE(races.empty()) << "R=" << r << " length=" << len << ": " << races.size() << " races, first "
+                                 << races.front();
+      for (int i = 0; i < r; ++i) EXPECT_EQ(model.buffers()[size_t(i)], expected) << "R=" << r << " replica " << i;
+    }
+  }
+}
+
+TEST(RingOnStreams, TheModelSeesARaceWhenAWaitIsMissing) {
+  // Without one of its waits the ring must race: the model can fail, and every wait is needed.
+  const int r = 4;
+  const RingSchedule s(r, 12);
+  std::mt19937 gen(14);
+  const auto bufs = integer_buffers(r, 12, gen);
+  size_t waits = 0;
+  for (const auto& step : s.steps()) waits += step.size();
+  for (size_t skip = 0; skip < waits; ++skip) {
+    struct Dropping : StreamModel {
+      using StreamModel::StreamModel;
+      size_t skip = 0, seen = 0;
+      void wait(int dst, int src) {
+        if (seen++ != skip) StreamModel::wait(dst, src);
+      }
+    } model(s, bufs);
+    model.skip = skip;
+    model.produce();
+    enqueue_ring(s, model);
+    model.consume();
+    EXPECT_FALSE(model.races().empty()) << "wait " << skip << " of " << waits << " dropped";
+  }
 }
 
 TEST(RingAllreduce, RejectsWrongBufferCount) {
