@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "model/cuda_kernels.hpp"
+#include "model/fc_blas.hpp"
 
 namespace lenet::cuda {
 namespace {
@@ -51,6 +52,17 @@ std::vector<int> fp32_deterministic(const Perf* perf, int count) {
     }
   }
   return algos;
+}
+
+// Runs a call of model/fc_blas.hpp (host pointer mode: cuBLAS reads alpha and beta before it returns).
+// The caller checks the status, so an error names the layer's call and line.
+[[nodiscard]] cublasStatus_t run_blas(cublasHandle_t handle, const model::BlasCall& c) {
+  const cublasOperation_t op_a = c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (c.kind == model::BlasCall::kGemv) {
+    return cublasSgemv(handle, op_a, c.m, c.n, &c.alpha, c.a, c.lda, c.b, c.ldb, &c.beta, c.c, c.ldc);
+  }
+  return cublasSgemm(handle, op_a, c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, c.m, c.n, c.k, &c.alpha, c.a, c.lda, c.b,
+                     c.ldb, &c.beta, c.c, c.ldc);
 }
 
 }  // namespace
@@ -354,15 +366,12 @@ void CudaLenet::forward(int rows, const float* x) {
   LENET_CUDNN_CHECK(cudnnAddTensor(h, &kOne, b2_desc_, p.conv2_b, &kOne, a2_desc_, a2_.get()));
   LENET_CUDNN_CHECK(cudnnActivationForward(h, relu_desc_, &kOne, a2_desc_, a2_.get(), &kZero, a2_desc_, a2_.get()));
   LENET_CUDNN_CHECK(cudnnPoolingForward(h, pool_desc_, &kOne, a2_desc_, a2_.get(), &kZero, p2_desc_, p2_.get()));
-  // Row-major [rows, in] x [out, in]^T seen column-major: h^T[out, rows] = W[out, in] * p2^T[in, rows], i.e.
-  // op(A) = A^T on the column-major [in, out] view of W.
+  // The fully connected layers' column-major argument lists are model/fc_blas.hpp's, tested on the CPU.
   cublasHandle_t b = ctx_.cublas();
-  LENET_CUBLAS_CHECK(cublasSgemm(b, CUBLAS_OP_T, CUBLAS_OP_N, kHidden, rows, kFlat, &kOne, p.fc1_w, kFlat, p2_.get(),
-                                 kFlat, &kZero, h_.get(), kHidden));
+  LENET_CUBLAS_CHECK(run_blas(b, model::fc_forward(rows, kFlat, kHidden, p2_.get(), p.fc1_w, h_.get())));
   launch_bias_add_rows(h_.get(), p.fc1_b, rows, kHidden, ctx_.stream());
   LENET_CUDNN_CHECK(cudnnActivationForward(h, relu_desc_, &kOne, h_desc_, h_.get(), &kZero, h_desc_, h_.get()));
-  LENET_CUBLAS_CHECK(cublasSgemm(b, CUBLAS_OP_T, CUBLAS_OP_N, kClasses, rows, kHidden, &kOne, p.fc2_w, kHidden,
-                                 h_.get(), kHidden, &kZero, logits_.get(), kClasses));
+  LENET_CUBLAS_CHECK(run_blas(b, model::fc_forward(rows, kHidden, kClasses, h_.get(), p.fc2_w, logits_.get())));
   launch_bias_add_rows(logits_.get(), p.fc2_b, rows, kClasses, ctx_.stream());
 }
 
@@ -395,23 +404,16 @@ void CudaLenet::backward(int rows, const float* x) {
   void* ws = workspace_.get();
   const size_t wsb = workspace_.bytes();
 
-  // fc2: dW[out, in] (column-major [in, out]) = h^T[in, rows] * dlogits[rows, out]; db = dlogits^T * 1;
-  // dh^T[in, rows] = W^T[in, out] * dlogits^T[out, rows].
-  LENET_CUBLAS_CHECK(cublasSgemm(b, CUBLAS_OP_N, CUBLAS_OP_T, kHidden, kClasses, rows, &kOne, h_.get(), kHidden,
-                                 dlogits_.get(), kClasses, &kZero, g.fc2_w, kHidden));
-  LENET_CUBLAS_CHECK(cublasSgemv(b, CUBLAS_OP_N, kClasses, rows, &kOne, dlogits_.get(), kClasses, ones_.get(), 1,
-                                 &kZero, g.fc2_b, 1));
-  LENET_CUBLAS_CHECK(cublasSgemm(b, CUBLAS_OP_N, CUBLAS_OP_N, kHidden, rows, kClasses, &kOne, p.fc2_w, kHidden,
-                                 dlogits_.get(), kClasses, &kZero, dh_.get(), kHidden));
+  // fc2 then fc1, each dW, db (a GEMV with the ones vector) and dx, in model::linear_backward's order.
+  LENET_CUBLAS_CHECK(run_blas(b, model::fc_weight_grad(rows, kHidden, kClasses, h_.get(), dlogits_.get(), g.fc2_w)));
+  LENET_CUBLAS_CHECK(run_blas(b, model::fc_bias_grad(rows, kClasses, dlogits_.get(), ones_.get(), g.fc2_b)));
+  LENET_CUBLAS_CHECK(run_blas(b, model::fc_input_grad(rows, kHidden, kClasses, p.fc2_w, dlogits_.get(), dh_.get())));
   // ReLU's input is positive exactly where its output is, so the output stands in for the input.
   LENET_CUDNN_CHECK(cudnnActivationBackward(h, relu_desc_, &kOne, h_desc_, h_.get(), h_desc_, dh_.get(), h_desc_,
                                             h_.get(), &kZero, h_desc_, dh_.get()));
-  LENET_CUBLAS_CHECK(cublasSgemm(b, CUBLAS_OP_N, CUBLAS_OP_T, kFlat, kHidden, rows, &kOne, p2_.get(), kFlat, dh_.get(),
-                                 kHidden, &kZero, g.fc1_w, kFlat));
-  LENET_CUBLAS_CHECK(cublasSgemv(b, CUBLAS_OP_N, kHidden, rows, &kOne, dh_.get(), kHidden, ones_.get(), 1, &kZero,
-                                 g.fc1_b, 1));
-  LENET_CUBLAS_CHECK(cublasSgemm(b, CUBLAS_OP_N, CUBLAS_OP_N, kFlat, rows, kHidden, &kOne, p.fc1_w, kFlat, dh_.get(),
-                                 kHidden, &kZero, dp2_.get(), kFlat));
+  LENET_CUBLAS_CHECK(run_blas(b, model::fc_weight_grad(rows, kFlat, kHidden, p2_.get(), dh_.get(), g.fc1_w)));
+  LENET_CUBLAS_CHECK(run_blas(b, model::fc_bias_grad(rows, kHidden, dh_.get(), ones_.get(), g.fc1_b)));
+  LENET_CUBLAS_CHECK(run_blas(b, model::fc_input_grad(rows, kFlat, kHidden, p.fc1_w, dh_.get(), dp2_.get())));
   // pool2 drops conv2's last row and column (9 -> 4); zero them explicitly rather than rely on cuDNN
   // writing gradient elements that no window covers.
   LENET_CUDA_CHECK(cudaMemsetAsync(da2_.get(), 0, size_t(rows) * kC2 * kS2 * kS2 * sizeof(float), s));
