@@ -78,12 +78,11 @@ void enqueue_ring_allreduce(const RingSchedule& schedule, const std::vector<Ring
   }
   struct Queue {
     const std::vector<RingMember>& m;
-    void wait(int dst, int src) {
-      LENET_CUDA_CHECK(cudaStreamWaitEvent(m[size_t(dst)].stream, m[size_t(src)].progress, 0));
-    }
+    const RingMember& at(int r) const { return m[static_cast<size_t>(r)]; }
+    void wait(int dst, int src) { LENET_CUDA_CHECK(cudaStreamWaitEvent(at(dst).stream, at(src).progress, 0)); }
     void transfer(const Transfer& t, const ChunkRange& c) {
-      const RingMember& src = m[static_cast<size_t>(t.src)];
-      const RingMember& dst = m[static_cast<size_t>(t.dst)];
+      const RingMember& src = at(t.src);
+      const RingMember& dst = at(t.dst);
       cuda::DeviceGuard guard(dst.device);
       const size_t bytes = c.size * sizeof(float);
       // cudaMemcpyDefault: unified addressing finds both devices; a peer copy where they differ.
@@ -96,8 +95,8 @@ void enqueue_ring_allreduce(const RingSchedule& schedule, const std::vector<Ring
       }
     }
     void record(int r) {
-      cuda::DeviceGuard guard(m[size_t(r)].device);
-      LENET_CUDA_CHECK(cudaEventRecord(m[size_t(r)].progress, m[size_t(r)].stream));
+      cuda::DeviceGuard guard(at(r).device);
+      LENET_CUDA_CHECK(cudaEventRecord(at(r).progress, at(r).stream));
     }
   } queue{members};
   enqueue_ring(schedule, queue);

@@ -1,6 +1,7 @@
-// Data-parallel plumbing that does not depend on where it runs: the split of a minibatch over replicas
-// and the ring allreduce schedule. The CPU backend executes the schedule with memory copies; the CUDA
-// graph mode executes the same schedule with peer copies and add kernels (cuda_ring.hpp).
+// Data-parallel plumbing that does not depend on where it runs: the split of a minibatch over replicas,
+// the ring allreduce schedule and the order of its operations on per-replica streams. The CPU backend
+// executes the schedule with memory copies (ring_allreduce_host); the CUDA graph mode enqueues it
+// (enqueue_ring) as peer copies and add kernels ordered by events (cuda_ring.hpp).
 #pragma once
 #include <cstddef>
 #include <vector>

@@ -1,7 +1,8 @@
 // The cuBLAS argument lists of the fully connected layers (model/fc_blas.hpp), run through a column-major
 // reference BLAS written from the BLAS definition (not model/gemm.cpp), against linear_forward and
 // linear_backward of the CPU backend. Where this passes, the GPU can only differ by what cuBLAS itself
-// does with valid arguments.
+// does with valid arguments and by run_blas in model/cuda_lenet.cpp, which hands each field to the
+// cublasSgemm or cublasSgemv argument of the same name.
 //
 // Bound: the reference multiplies float inputs exactly in double (24 + 24 bits fit in 53), sums at most
 // 800 products in double (relative error ~ 800 * 1.1e-16 times the cancellation ratio, < 1e-11 for these
@@ -70,7 +71,7 @@ std::string invalid_argument(const BlasCall& c) {
 size_t at(int i, int len, int inc) { return inc > 0 ? size_t(i) * inc : size_t(len - 1 - i) * size_t(-inc); }
 
 // Runs `c` as column-major BLAS defines it, with each sum in double and rounded once. beta = 0 means the
-// output is not read (so NaN there stays out), as in BLAS.
+// output is not read (so NaN there stays out), and an empty GEMV leaves y alone, as in BLAS.
 void run_reference(const BlasCall& c, const Buffers& buffers) {
   ASSERT_EQ(invalid_argument(c), "");
   auto finish = [&](double sum, float& out) {
@@ -79,6 +80,7 @@ void run_reference(const BlasCall& c, const Buffers& buffers) {
     out = static_cast<float>(r);
   };
   if (c.kind == BlasCall::kGemv) {
+    if (c.m == 0 || c.n == 0) return;
     const int len_x = c.trans_a ? c.m : c.n, len_y = c.trans_a ? c.n : c.m;
     ASSERT_LE(matrix_span(c.m, c.n, c.lda), room(buffers, c.a)) << "A";
     ASSERT_LE(vector_span(len_x, c.ldb), room(buffers, c.b)) << "x";

@@ -1,9 +1,11 @@
-// The minibatch split and the ring allreduce schedule, executed on host buffers. Inputs are small
-// integers stored in floats, so every partial sum is exact and the result must equal the exact sum bit
-// for bit, in whatever order the schedule adds.
+// The minibatch split and the ring allreduce schedule, executed on host buffers, and the order of waits,
+// copies and event records the graph mode enqueues it in, on a model of streams and events. Inputs are
+// small integers stored in floats, so every partial sum is exact and the result must equal the exact sum
+// bit for bit, in whatever order the schedule adds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <random>
 #include <set>
 #include <string>
@@ -128,9 +130,9 @@ TEST(RingAllreduce, TransfersOfAStepCommute) {
 
 // A model of the streams and events enqueue_ring drives, with vector clocks: every operation of a stream
 // gets the next tick of that stream's clock component, an event record copies the stream's clock and a
-// wait merges the event's clock into the waiting stream's. Operation a precedes b on the device exactly
-// when a runs on b's stream earlier or b's clock covers a's tick. The model also runs the transfers on
-// host buffers in the order they were enqueued, with the receive buffers the GPU uses.
+// wait merges the event's clock (as last recorded) into the waiting stream's. Operation a precedes b on
+// the device exactly when a runs on b's stream earlier or b's clock covers a's tick. The model also runs
+// the transfers on host buffers in the order they were enqueued, through receive buffers as the GPU does.
 //
 // A wait only orders a stream behind work enqueued before it, so when every two conflicting accesses
 // (same memory, one a write) are ordered, every execution the device may choose computes what the
@@ -141,32 +143,41 @@ class StreamModel {
       : schedule_(s),
         r_(size_t(s.replicas())),
         clock_(r_, std::vector<int>(r_, 0)),
-        event_(r_, std::vector<int>(r_, 0)),
+        event_(2 * r_ + 1, std::vector<int>(r_, 0)),
         buffers_(std::move(buffers)),
         receive_(r_, std::vector<float>(s.chunks()[0].size, 0.0f)) {}
 
-  // What the graph mode does around the ring: each replica's backward pass writes its whole buffer and
-  // records its progress event; afterwards its SGD update reads the whole buffer.
-  void produce() {
+  // The rest of the graph mode's step (engine/cuda_graph_backend.cu, enqueue_step), around the ring: each
+  // replica's backward pass writes its whole buffer and records its progress event; after the ring its
+  // SGD update reads the buffer; the join (replicas 1.. record an event the root stream waits for)
+  // ends the step, and the next step's fork (the root records an event replicas 1.. wait for) begins
+  // the next backward pass, which writes the buffers that ring neighbours read in the last step.
+  void backward() {
     for (size_t r = 0; r < r_; ++r) {
       access(r, buffer_of(r), {0, schedule_.length()}, true);
       record(int(r));
     }
   }
-  void consume() {
+  void update_join_fork() {
     for (size_t r = 0; r < r_; ++r) access(r, buffer_of(r), {0, schedule_.length()}, false);
+    for (size_t r = 1; r < r_; ++r) {
+      record_event(r, joined(r));
+      wait_event(0, joined(r));
+    }
+    record_event(0, fork());
+    for (size_t r = 1; r < r_; ++r) wait_event(r, fork());
   }
 
-  void wait(int dst, int src) {
-    for (size_t i = 0; i < r_; ++i) clock_[size_t(dst)][i] = std::max(clock_[size_t(dst)][i], event_[size_t(src)][i]);
-  }
-  void record(int r) { event_[size_t(r)] = clock_[size_t(r)]; }
+  // The queue enqueue_ring drives.
+  void wait(int dst, int src) { wait_event(size_t(dst), progress(size_t(src))); }
+  void record(int r) { record_event(size_t(r), progress(size_t(r))); }
   void transfer(const Transfer& t, const ChunkRange& c) {
     const size_t d = size_t(t.dst), s = size_t(t.src);
     const float* in = buffers_[s].data() + c.offset;
     float* out = buffers_[d].data() + c.offset;
     access(d, buffer_of(s), c, false);  // the copy, on the receiver's stream
     if (t.reduce) {
+      ASSERT_LE(c.size, receive_[d].size());
       access(d, receive_of(d), {0, c.size}, true);
       std::copy(in, in + c.size, receive_[d].begin());
       access(d, receive_of(d), {0, c.size}, false);  // the add kernel
@@ -193,6 +204,15 @@ class StreamModel {
     return out;
   }
   const std::vector<std::vector<float>>& buffers() const { return buffers_; }
+
+ protected:
+  size_t progress(size_t r) const { return r; }
+  size_t joined(size_t r) const { return r_ + r; }
+  size_t fork() const { return 2 * r_; }
+  virtual void wait_event(size_t stream, size_t event) {
+    for (size_t i = 0; i < r_; ++i) clock_[stream][i] = std::max(clock_[stream][i], event_[event][i]);
+  }
+  void record_event(size_t stream, size_t event) { event_[event] = clock_[stream]; }
 
  private:
   struct Access {
@@ -222,6 +242,16 @@ class StreamModel {
   std::vector<Access> log_;
 };
 
+// A step and the next one's backward pass and ring, so the hazards between the ring's last step and the
+// next backward pass count too.
+void two_steps(const RingSchedule& s, StreamModel& model) {
+  model.backward();
+  enqueue_ring(s, model);
+  model.update_join_fork();
+  model.backward();
+  enqueue_ring(s, model);
+}
+
 TEST(RingOnStreams, EveryConflictIsOrderedByEventsAndTheSumIsExact) {
   std::mt19937 gen(13);
   for (int r = 1; r <= 8; ++r) {
@@ -232,38 +262,41 @@ TEST(RingOnStreams, EveryConflictIsOrderedByEventsAndTheSumIsExact) {
       for (const auto& b : bufs)
         for (size_t i = 0; i < len; ++i) expected[i] += b[i];
       StreamModel model(s, bufs);
-      model.produce();
+      model.backward();
       enqueue_ring(s, model);
-      model.consume();
+      for (int i = 0; i < r; ++i) EXPECT_EQ(model.buffers()[size_t(i)], expected) << "R=" << r << " replica " << i;
+      model.update_join_fork();
+      model.backward();
+      enqueue_ring(s, model);
       const std::vector<std::string> races = model.races();
       EXPECT_TRUE(races.empty()) << "R=" << r << " length=" << len << ": " << races.size() << " races, first "
                                  << races.front();
-      for (int i = 0; i < r; ++i) EXPECT_EQ(model.buffers()[size_t(i)], expected) << "R=" << r << " replica " << i;
     }
   }
 }
 
-TEST(RingOnStreams, TheModelSeesARaceWhenAWaitIsMissing) {
-  // Without one of its waits the ring must race: the model can fail, and every wait is needed.
-  const int r = 4;
-  const RingSchedule s(r, 12);
-  std::mt19937 gen(14);
-  const auto bufs = integer_buffers(r, 12, gen);
-  size_t waits = 0;
-  for (const auto& step : s.steps()) waits += step.size();
-  for (size_t skip = 0; skip < waits; ++skip) {
-    struct Dropping : StreamModel {
+TEST(RingOnStreams, TheModelSeesARaceWhenAnyWaitIsMissing) {
+  // Without any one of its waits, of the ring or of the join and fork, two steps race: the model can
+  // fail, and every wait is needed.
+  for (int r = 2; r <= 8; ++r) {
+    const RingSchedule s(r, 12);
+    std::mt19937 gen(14);
+    const auto bufs = integer_buffers(r, 12, gen);
+    struct Counting : StreamModel {
       using StreamModel::StreamModel;
-      size_t skip = 0, seen = 0;
-      void wait(int dst, int src) {
-        if (seen++ != skip) StreamModel::wait(dst, src);
+      size_t skip = SIZE_MAX, seen = 0;
+      void wait_event(size_t stream, size_t event) override {
+        if (seen++ != skip) StreamModel::wait_event(stream, event);
       }
-    } model(s, bufs);
-    model.skip = skip;
-    model.produce();
-    enqueue_ring(s, model);
-    model.consume();
-    EXPECT_FALSE(model.races().empty()) << "wait " << skip << " of " << waits << " dropped";
+    } all(s, bufs);
+    two_steps(s, all);
+    ASSERT_TRUE(all.races().empty());
+    for (size_t skip = 0; skip < all.seen; ++skip) {
+      Counting model(s, bufs);
+      model.skip = skip;
+      two_steps(s, model);
+      EXPECT_FALSE(model.races().empty()) << "R=" << r << ": wait " << skip << " of " << all.seen << " dropped";
+    }
   }
 }
 
