@@ -206,45 +206,60 @@ void CudaGraphBackend::enqueue_step(int slot) {
 }
 
 void CudaGraphBackend::train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) {
-  const int slot = staging_.slot(step_);
-  const size_t s = static_cast<size_t>(slot);
-  const bool reused = staging_.previous_user(step_) >= 0;
   const std::vector<RowRange> split = split_rows(rows, static_cast<int>(replicas_.size()));
-  {
-    profiling::Range range("h2d");
-    for (size_t r = 0; r < replicas_.size(); ++r) {
-      Replica& rep = *replicas_[r];
-      const RowRange part = split[r];
-      if (part.rows > rep.capacity) {
-        throw std::invalid_argument("CudaGraphBackend: minibatch of " + std::to_string(rows) +
-                                    " rows is larger than the one the graphs were captured for");
-      }
-      // The only host wait of the mode: the copy that last read this pinned slot must be done.
-      if (reused) rep.copied[s].synchronize();
-      data.gather(idx + part.first, static_cast<size_t>(part.rows), rep.host_x[s].get(), rep.host_labels[s].get());
-      *rep.host_params[s].get() = step_params(part.rows, rows, lr);
-      // The replay that read this device slot (step k - slots) must be done before it is overwritten.
-      if (reused) step_done_[s].wait_on(rep.copy.get());
-      DeviceGuard guard(rep.device);
-      cudaStream_t cs = rep.copy.get();
-      if (part.rows > 0) {
-        LENET_CUDA_CHECK(cudaMemcpyAsync(rep.x[s].get(), rep.host_x[s].get(),
-                                         static_cast<size_t>(part.rows) * model::kInPixels * sizeof(float),
-                                         cudaMemcpyHostToDevice, cs));
-        LENET_CUDA_CHECK(cudaMemcpyAsync(rep.labels[s].get(), rep.host_labels[s].get(),
-                                         static_cast<size_t>(part.rows) * sizeof(int32_t), cudaMemcpyHostToDevice, cs));
-      }
-      LENET_CUDA_CHECK(
-          cudaMemcpyAsync(rep.params[s].get(), rep.host_params[s].get(), sizeof(StepParams), cudaMemcpyHostToDevice, cs));
-      rep.copied[s].record(cs);
+  for (size_t r = 0; r < replicas_.size(); ++r) {
+    if (split[r].rows > replicas_[r]->capacity) {
+      throw std::invalid_argument("CudaGraphBackend: minibatch of " + std::to_string(rows) +
+                                  " rows is larger than the one the graphs were captured for");
     }
   }
-  profiling::Range range("replay");
-  Replica& root = *replicas_[0];
-  DeviceGuard guard(root.device);  // launches go to a stream of the current device
-  for (auto& rep : replicas_) rep->copied[s].wait_on(root.compute.get());
-  step_graphs_[s].launch(root.compute.get());
-  step_done_[s].record(root.compute.get());
+  // The operations that enqueue_staging and enqueue_replay (engine/staging.hpp) put in order.
+  struct Device {
+    CudaGraphBackend& b;
+    const io::Split& data;
+    const uint32_t* idx;
+    const std::vector<RowRange>& split;
+    int rows;
+    float lr;
+    Replica& rep(size_t r) const { return *b.replicas_[r]; }
+    // The only host wait of the mode: the copy that last read this pinned slot must be done.
+    void host_wait_copied(size_t r, size_t s) const { rep(r).copied[s].synchronize(); }
+    void fill(size_t r, size_t s) const {
+      Replica& p = rep(r);
+      data.gather(idx + split[r].first, static_cast<size_t>(split[r].rows), p.host_x[s].get(), p.host_labels[s].get());
+      *p.host_params[s].get() = step_params(split[r].rows, rows, lr);
+    }
+    void copy_wait_replayed(size_t r, size_t s) const { b.step_done_[s].wait_on(rep(r).copy.get()); }
+    void copy(size_t r, size_t s) const {
+      Replica& p = rep(r);
+      const size_t n = static_cast<size_t>(split[r].rows);
+      DeviceGuard guard(p.device);
+      cudaStream_t cs = p.copy.get();
+      if (n > 0) {
+        LENET_CUDA_CHECK(cudaMemcpyAsync(p.x[s].get(), p.host_x[s].get(), n * model::kInPixels * sizeof(float),
+                                         cudaMemcpyHostToDevice, cs));
+        LENET_CUDA_CHECK(
+            cudaMemcpyAsync(p.labels[s].get(), p.host_labels[s].get(), n * sizeof(int32_t), cudaMemcpyHostToDevice, cs));
+      }
+      LENET_CUDA_CHECK(
+          cudaMemcpyAsync(p.params[s].get(), p.host_params[s].get(), sizeof(StepParams), cudaMemcpyHostToDevice, cs));
+    }
+    void record_copied(size_t r, size_t s) const { rep(r).copied[s].record(rep(r).copy.get()); }
+    void root_wait_copied(size_t r, size_t s) const { rep(r).copied[s].wait_on(rep(0).compute.get()); }
+    void replay(size_t s) const {
+      DeviceGuard guard(rep(0).device);  // launches go to a stream of the current device
+      b.step_graphs_[s].launch(rep(0).compute.get());
+    }
+    void record_replayed(size_t s) const { b.step_done_[s].record(rep(0).compute.get()); }
+  } device{*this, data, idx, split, rows, lr};
+  {
+    profiling::Range range("h2d");
+    enqueue_staging(staging_, step_, replicas_.size(), device);
+  }
+  {
+    profiling::Range range("replay");
+    enqueue_replay(staging_, step_, replicas_.size(), device);
+  }
   ++step_;
 }
 

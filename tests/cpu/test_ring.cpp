@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <random>
 #include <set>
 #include <string>
@@ -13,6 +12,7 @@
 
 #include "engine/ring.hpp"
 #include "model/lenet.hpp"
+#include "stream_order.hpp"
 
 namespace {
 
@@ -128,123 +128,74 @@ TEST(RingAllreduce, TransfersOfAStepCommute) {
   EXPECT_EQ(a, b);
 }
 
-// A model of the streams and events enqueue_ring drives, with vector clocks: every operation of a stream
-// gets the next tick of that stream's clock component, an event record copies the stream's clock and a
-// wait merges the event's clock (as last recorded) into the waiting stream's. Operation a precedes b on
-// the device exactly when a runs on b's stream earlier or b's clock covers a's tick. The model also runs
-// the transfers on host buffers in the order they were enqueued, through receive buffers as the GPU does.
-//
-// A wait only orders a stream behind work enqueued before it, so when every two conflicting accesses
-// (same memory, one a write) are ordered, every execution the device may choose computes what the
-// enqueue order computes.
-class StreamModel {
+// The queue enqueue_ring drives, on the model of streams and events (stream r is replica r's; events
+// 0..R-1 the progress events, R..2R-1 the join events, 2R the fork event), also running the transfers on
+// host buffers in the order they were enqueued, through receive buffers as the GPU does.
+class RingModel {
  public:
-  StreamModel(const RingSchedule& s, std::vector<std::vector<float>> buffers)
-      : schedule_(s),
+  RingModel(const RingSchedule& s, std::vector<std::vector<float>> buffers)
+      : order(size_t(s.replicas()), 2 * size_t(s.replicas()) + 1),
+        schedule_(s),
         r_(size_t(s.replicas())),
-        clock_(r_, std::vector<int>(r_, 0)),
-        event_(2 * r_ + 1, std::vector<int>(r_, 0)),
         buffers_(std::move(buffers)),
         receive_(r_, std::vector<float>(s.chunks()[0].size, 0.0f)) {}
 
-  // The rest of the graph mode's step (engine/cuda_graph_backend.cu, enqueue_step), around the ring: each
-  // replica's backward pass writes its whole buffer and records its progress event; after the ring its
-  // SGD update reads the buffer; the join (replicas 1.. record an event the root stream waits for)
-  // ends the step, and the next step's fork (the root records an event replicas 1.. wait for) begins
-  // the next backward pass, which writes the buffers that ring neighbours read in the last step.
+  // The rest of the graph mode's step (enqueue_step in engine/cuda_graph_backend.cu) around the ring:
+  // each replica's backward pass writes its whole buffer and records its progress event; after the ring
+  // its SGD update reads the buffer; the join (replicas 1.. record an event the root stream waits for)
+  // ends the step, and the next step's fork (the root records an event replicas 1.. wait for) comes
+  // before the next backward pass, which writes the buffers ring neighbours read in the last ring step.
   void backward() {
     for (size_t r = 0; r < r_; ++r) {
-      access(r, buffer_of(r), {0, schedule_.length()}, true);
+      order.access(r, buffer(r), 0, schedule_.length(), true);
       record(int(r));
     }
   }
   void update_join_fork() {
-    for (size_t r = 0; r < r_; ++r) access(r, buffer_of(r), {0, schedule_.length()}, false);
+    for (size_t r = 0; r < r_; ++r) order.access(r, buffer(r), 0, schedule_.length(), false);
     for (size_t r = 1; r < r_; ++r) {
-      record_event(r, joined(r));
-      wait_event(0, joined(r));
+      order.record(r, r_ + r);
+      order.wait(0, r_ + r);
     }
-    record_event(0, fork());
-    for (size_t r = 1; r < r_; ++r) wait_event(r, fork());
+    order.record(0, 2 * r_);
+    for (size_t r = 1; r < r_; ++r) order.wait(r, 2 * r_);
   }
 
-  // The queue enqueue_ring drives.
-  void wait(int dst, int src) { wait_event(size_t(dst), progress(size_t(src))); }
-  void record(int r) { record_event(size_t(r), progress(size_t(r))); }
+  void wait(int dst, int src) { order.wait(size_t(dst), size_t(src)); }
+  void record(int r) { order.record(size_t(r), size_t(r)); }
   void transfer(const Transfer& t, const ChunkRange& c) {
     const size_t d = size_t(t.dst), s = size_t(t.src);
     const float* in = buffers_[s].data() + c.offset;
     float* out = buffers_[d].data() + c.offset;
-    access(d, buffer_of(s), c, false);  // the copy, on the receiver's stream
+    order.access(d, buffer(s), c.offset, c.size, false);  // the copy, on the receiver's stream
     if (t.reduce) {
       ASSERT_LE(c.size, receive_[d].size());
-      access(d, receive_of(d), {0, c.size}, true);
+      order.access(d, "receive " + std::to_string(d), 0, c.size, true);
       std::copy(in, in + c.size, receive_[d].begin());
-      access(d, receive_of(d), {0, c.size}, false);  // the add kernel
-      access(d, buffer_of(d), c, false);
-      access(d, buffer_of(d), c, true);
+      order.access(d, "receive " + std::to_string(d), 0, c.size, false);  // the add kernel
+      order.access(d, buffer(d), c.offset, c.size, false);
+      order.access(d, buffer(d), c.offset, c.size, true);
       for (size_t i = 0; i < c.size; ++i) out[i] += receive_[d][i];
     } else {
-      access(d, buffer_of(d), c, true);
+      order.access(d, buffer(d), c.offset, c.size, true);
       std::copy(in, in + c.size, out);
     }
   }
 
-  // Every unordered pair of conflicting accesses, one line each.
-  std::vector<std::string> races() const {
-    std::vector<std::string> out;
-    for (size_t i = 0; i < log_.size(); ++i)
-      for (size_t j = i + 1; j < log_.size(); ++j) {
-        const Access& a = log_[i];
-        const Access& b = log_[j];
-        const bool overlap = a.memory == b.memory && a.range.offset < b.range.offset + b.range.size &&
-                             b.range.offset < a.range.offset + a.range.size;
-        if (overlap && (a.write || b.write) && !precedes(a, b)) out.push_back(describe(a) + " vs " + describe(b));
-      }
-    return out;
-  }
   const std::vector<std::vector<float>>& buffers() const { return buffers_; }
-
- protected:
-  size_t progress(size_t r) const { return r; }
-  size_t joined(size_t r) const { return r_ + r; }
-  size_t fork() const { return 2 * r_; }
-  virtual void wait_event(size_t stream, size_t event) {
-    for (size_t i = 0; i < r_; ++i) clock_[stream][i] = std::max(clock_[stream][i], event_[event][i]);
-  }
-  void record_event(size_t stream, size_t event) { event_[event] = clock_[stream]; }
+  lenet::test::StreamOrder order;
 
  private:
-  struct Access {
-    size_t stream;
-    std::vector<int> clock;  // the stream's clock at the access, its own tick included
-    size_t memory;
-    ChunkRange range;
-    bool write;
-  };
-  size_t buffer_of(size_t r) const { return r; }
-  size_t receive_of(size_t r) const { return r_ + r; }
-  void access(size_t stream, size_t memory, ChunkRange range, bool write) {
-    ++clock_[stream][stream];
-    log_.push_back({stream, clock_[stream], memory, range, write});
-  }
-  static bool precedes(const Access& a, const Access& b) { return b.clock[a.stream] >= a.clock[a.stream]; }
-  std::string describe(const Access& a) const {
-    return std::string(a.write ? "write" : "read") + " of " + (a.memory < r_ ? "buffer " : "receive ") +
-           std::to_string(a.memory % r_) + "[" + std::to_string(a.range.offset) + "+" + std::to_string(a.range.size) +
-           ") on stream " + std::to_string(a.stream) + " tick " + std::to_string(a.clock[a.stream]);
-  }
+  static std::string buffer(size_t r) { return "buffer " + std::to_string(r); }
 
   const RingSchedule& schedule_;
   size_t r_;
-  std::vector<std::vector<int>> clock_, event_;
   std::vector<std::vector<float>> buffers_, receive_;
-  std::vector<Access> log_;
 };
 
 // A step and the next one's backward pass and ring, so the hazards between the ring's last step and the
 // next backward pass count too.
-void two_steps(const RingSchedule& s, StreamModel& model) {
+void two_steps(const RingSchedule& s, RingModel& model) {
   model.backward();
   enqueue_ring(s, model);
   model.update_join_fork();
@@ -261,14 +212,14 @@ TEST(RingOnStreams, EveryConflictIsOrderedByEventsAndTheSumIsExact) {
       std::vector<float> expected(len, 0.0f);
       for (const auto& b : bufs)
         for (size_t i = 0; i < len; ++i) expected[i] += b[i];
-      StreamModel model(s, bufs);
+      RingModel model(s, bufs);
       model.backward();
       enqueue_ring(s, model);
       for (int i = 0; i < r; ++i) EXPECT_EQ(model.buffers()[size_t(i)], expected) << "R=" << r << " replica " << i;
       model.update_join_fork();
       model.backward();
       enqueue_ring(s, model);
-      const std::vector<std::string> races = model.races();
+      const std::vector<std::string> races = model.order.races();
       EXPECT_TRUE(races.empty()) << "R=" << r << " length=" << len << ": " << races.size() << " races, first "
                                  << races.front();
     }
@@ -282,20 +233,15 @@ TEST(RingOnStreams, TheModelSeesARaceWhenAnyWaitIsMissing) {
     const RingSchedule s(r, 12);
     std::mt19937 gen(14);
     const auto bufs = integer_buffers(r, 12, gen);
-    struct Counting : StreamModel {
-      using StreamModel::StreamModel;
-      size_t skip = SIZE_MAX, seen = 0;
-      void wait_event(size_t stream, size_t event) override {
-        if (seen++ != skip) StreamModel::wait_event(stream, event);
-      }
-    } all(s, bufs);
+    RingModel all(s, bufs);
     two_steps(s, all);
-    ASSERT_TRUE(all.races().empty());
-    for (size_t skip = 0; skip < all.seen; ++skip) {
-      Counting model(s, bufs);
-      model.skip = skip;
+    ASSERT_TRUE(all.order.races().empty());
+    for (size_t skip = 0; skip < all.order.waits(); ++skip) {
+      RingModel model(s, bufs);
+      model.order.drop_wait(skip);
       two_steps(s, model);
-      EXPECT_FALSE(model.races().empty()) << "R=" << r << ": wait " << skip << " of " << all.seen << " dropped";
+      EXPECT_FALSE(model.order.races().empty()) << "R=" << r << ": wait " << skip << " of " << all.order.waits()
+                                                << " dropped";
     }
   }
 }

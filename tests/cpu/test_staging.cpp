@@ -1,16 +1,18 @@
-// The plain arithmetic the CUDA graph mode relies on, checked without a GPU: staging-slot rotation,
-// per-replica buffer capacity over full and partial minibatches, the per-step parameters read at
-// replay, and masking (a step computed on a full-size buffer with the extra rows masked equals the step
-// on the real rows).
+// The plain arithmetic the CUDA graph mode relies on, checked without a GPU: staging-slot rotation and the
+// order of its copies, waits and replays on a model of streams and events, per-replica buffer capacity over
+// full and partial minibatches, the per-step parameters read at replay, and masking (a step computed on a
+// full-size buffer with the extra rows masked equals the step on the real rows).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/ring.hpp"
 #include "engine/staging.hpp"
 #include "model/cpu_lenet.hpp"
+#include "stream_order.hpp"
 
 namespace {
 
@@ -60,6 +62,95 @@ TEST(StagingSlots, StepParametersCarryRowsAndTheSgdScale) {
   EXPECT_EQ(p.rows, 32);
   EXPECT_EQ(p.scale, 0.2f / 96.0f);  // the same float operation as the CPU backend's update
   EXPECT_THROW(engine::step_params(0, 0, 0.2f), std::invalid_argument);
+}
+
+// The graph mode's staging and replay on the model of streams and events: stream 0 is the host, 1..R the
+// replicas' copy streams, R + 1 the root stream; events R * S of "copied" (replica r, slot s at r * S + s)
+// and S of "replayed". Every operation on a device stream is enqueued by the host after what the host
+// did and waited for before, so it first takes the host's clock. The replay's reads stand for the graph's
+// (its nodes run after the root stream's earlier work and before its later work).
+class StagingModel {
+ public:
+  StagingModel(size_t replicas, size_t slots) : order(replicas + 2, (replicas + 1) * slots), r_(replicas), s_(slots) {}
+
+  void host_wait_copied(size_t r, size_t s) { order.wait(kHost, copied(r, s)); }
+  void fill(size_t r, size_t s) { order.access(kHost, pinned(r, s), 0, 1, true); }
+  void copy_wait_replayed(size_t r, size_t s) {
+    on(copy_stream(r));
+    order.wait(copy_stream(r), replayed(s));
+  }
+  void copy(size_t r, size_t s) {
+    on(copy_stream(r));
+    order.access(copy_stream(r), pinned(r, s), 0, 1, false);
+    order.access(copy_stream(r), device(r, s), 0, 1, true);
+  }
+  void record_copied(size_t r, size_t s) {
+    on(copy_stream(r));
+    order.record(copy_stream(r), copied(r, s));
+  }
+  void root_wait_copied(size_t r, size_t s) {
+    on(root_stream());
+    order.wait(root_stream(), copied(r, s));
+  }
+  void replay(size_t s) {
+    on(root_stream());
+    for (size_t r = 0; r < r_; ++r) order.access(root_stream(), device(r, s), 0, 1, false);
+  }
+  void record_replayed(size_t s) {
+    on(root_stream());
+    order.record(root_stream(), replayed(s));
+  }
+
+  lenet::test::StreamOrder order;
+
+ private:
+  static constexpr size_t kHost = 0;
+  size_t copy_stream(size_t r) const { return 1 + r; }
+  size_t root_stream() const { return r_ + 1; }
+  size_t copied(size_t r, size_t s) const { return r * s_ + s; }
+  size_t replayed(size_t s) const { return r_ * s_ + s; }
+  static std::string pinned(size_t r, size_t s) { return "pinned " + std::to_string(r) + "/" + std::to_string(s); }
+  static std::string device(size_t r, size_t s) { return "device " + std::to_string(r) + "/" + std::to_string(s); }
+  // The host enqueues the operation only now: it follows everything the host did or waited for.
+  void on(size_t stream) { order.follow(stream, kHost); }
+
+  size_t r_, s_;
+};
+
+void staged_steps(const engine::StagingSlots& staging, size_t replicas, uint64_t steps, StagingModel& model) {
+  for (uint64_t k = 0; k < steps; ++k) {
+    engine::enqueue_staging(staging, k, replicas, model);
+    engine::enqueue_replay(staging, k, replicas, model);
+  }
+}
+
+TEST(StagingOnStreams, NoSlotIsRefilledWhileItsLastCopyOrReplayMayRun) {
+  for (int slots : {2, 3}) {
+    for (size_t replicas = 1; replicas <= 4; ++replicas) {
+      const engine::StagingSlots staging(slots);
+      StagingModel model(replicas, size_t(slots));
+      staged_steps(staging, replicas, 4 * uint64_t(slots) + 1, model);
+      const std::vector<std::string> races = model.order.races();
+      EXPECT_TRUE(races.empty()) << slots << " slots, " << replicas << " replicas: " << races.size()
+                                 << " races, first " << races.front();
+    }
+  }
+}
+
+TEST(StagingOnStreams, TheModelSeesARaceWhenAnyWaitIsMissing) {
+  const engine::StagingSlots staging(2);
+  for (size_t replicas = 1; replicas <= 3; ++replicas) {
+    StagingModel all(replicas, 2);
+    staged_steps(staging, replicas, 6, all);
+    ASSERT_TRUE(all.order.races().empty());
+    for (size_t skip = 0; skip < all.order.waits(); ++skip) {
+      StagingModel model(replicas, 2);
+      model.order.drop_wait(skip);
+      staged_steps(staging, replicas, 6, model);
+      EXPECT_FALSE(model.order.races().empty()) << replicas << " replicas: wait " << skip << " of "
+                                                << all.order.waits() << " dropped";
+    }
+  }
 }
 
 TEST(Masking, MaskedFullBufferEqualsTheRealRows) {
