@@ -214,7 +214,7 @@ void CudaGraphBackend::train_step(const io::Split& data, const uint32_t* idx, in
     }
   }
   // The operations that enqueue_staging and enqueue_replay (engine/staging.hpp) put in order.
-  struct Device {
+  struct StepOps {
     CudaGraphBackend& b;
     const io::Split& data;
     const uint32_t* idx;
@@ -251,14 +251,14 @@ void CudaGraphBackend::train_step(const io::Split& data, const uint32_t* idx, in
       b.step_graphs_[s].launch(rep(0).compute.get());
     }
     void record_replayed(size_t s) const { b.step_done_[s].record(rep(0).compute.get()); }
-  } device{*this, data, idx, split, rows, lr};
+  } ops{*this, data, idx, split, rows, lr};
   {
     profiling::Range range("h2d");
-    enqueue_staging(staging_, step_, replicas_.size(), device);
+    enqueue_staging(staging_, step_, replicas_.size(), ops);
   }
   {
     profiling::Range range("replay");
-    enqueue_replay(staging_, step_, replicas_.size(), device);
+    enqueue_replay(staging_, step_, replicas_.size(), ops);
   }
   ++step_;
 }

@@ -1,7 +1,7 @@
 // Rotation of the graph mode's staging buffers, as plain arithmetic and an order of operations the tests
-// check without a GPU: step k stages its minibatch in slot k mod S, and before the host refills that
-// slot the copy of step k - S (the last to read it) must have finished, as must the replay of step
-// k - S that read the slot's device copy.
+// check without a GPU: step k stages its minibatch in slot k mod S; before the host refills the pinned
+// slot the copy of step k - S (the last to read it) must be done, and before the copy stream overwrites
+// the device slot the replay of step k - S (which read it) must be done.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -29,7 +29,7 @@ class StagingSlots {
 // replica's copy stream and the root stream (replica 0's compute stream, where the step's graph is
 // launched): first every replica's minibatch rows go through its pinned slot to its device slot, then
 // the slot's graph replays. cuda_graph_backend.cu instantiates both halves; tests/cpu/test_staging.cpp
-// runs them on a model of streams and events. `device` provides, for replica r and staging slot s:
+// runs them on a model of streams and events. `ops` provides, for replica r and staging slot s:
 //   host_wait_copied(r, s)    the host waits for r's "copied" event of slot s (after the slot's last
 //                             host-to-device copies) before refilling the pinned slot;
 //   fill(r, s)                the host writes r's pinned slot: its rows of the minibatch, its StepParams;
@@ -41,25 +41,25 @@ class StagingSlots {
 //   replay(s)                 the root stream launches slot s's graph, which reads every device slot s;
 //   record_replayed(s)        the root stream records slot s's "replayed" event.
 // The waits are needed only once a slot is reused (earlier events were never recorded).
-template <typename Device>
-void enqueue_staging(const StagingSlots& staging, uint64_t step, size_t replicas, Device& device) {
+template <typename Ops>
+void enqueue_staging(const StagingSlots& staging, uint64_t step, size_t replicas, Ops& ops) {
   const size_t s = static_cast<size_t>(staging.slot(step));
   const bool reused = staging.previous_user(step) >= 0;
   for (size_t r = 0; r < replicas; ++r) {
-    if (reused) device.host_wait_copied(r, s);
-    device.fill(r, s);
-    if (reused) device.copy_wait_replayed(r, s);
-    device.copy(r, s);
-    device.record_copied(r, s);
+    if (reused) ops.host_wait_copied(r, s);
+    ops.fill(r, s);
+    if (reused) ops.copy_wait_replayed(r, s);
+    ops.copy(r, s);
+    ops.record_copied(r, s);
   }
 }
 
-template <typename Device>
-void enqueue_replay(const StagingSlots& staging, uint64_t step, size_t replicas, Device& device) {
+template <typename Ops>
+void enqueue_replay(const StagingSlots& staging, uint64_t step, size_t replicas, Ops& ops) {
   const size_t s = static_cast<size_t>(staging.slot(step));
-  for (size_t r = 0; r < replicas; ++r) device.root_wait_copied(r, s);
-  device.replay(s);
-  device.record_replayed(s);
+  for (size_t r = 0; r < replicas; ++r) ops.root_wait_copied(r, s);
+  ops.replay(s);
+  ops.record_replayed(s);
 }
 
 // What one replica's captured step reads from device memory at replay: its row count (rows past it

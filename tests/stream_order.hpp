@@ -2,8 +2,9 @@
 // its work in. Every access of a stream gets the next tick of that stream's clock component; an event
 // record copies the stream's clock (replacing what the event held) and a wait merges the event's clock,
 // as last recorded, into the waiting stream's, as cudaEventRecord and cudaStreamWaitEvent do (a host
-// that synchronises on an event is a stream of its own here). Access a precedes b on the device exactly
-// when b's clock covers a's tick, which includes a being earlier on b's stream.
+// that synchronises on an event is a stream of its own here). Access a happens before b exactly when b's
+// clock covers a's tick, which includes a being earlier on b's stream. Indices are checked: a model
+// that names a stream or event that is not there fails instead of reading past a vector.
 //
 // A wait only orders a stream behind work enqueued before it, so when every two conflicting accesses
 // (same memory, overlapping ranges, one a write) are ordered, every execution the device may choose
@@ -12,7 +13,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <limits>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -24,21 +24,18 @@ class StreamOrder {
       : clock_(streams, std::vector<int>(streams, 0)), event_(events, std::vector<int>(streams, 0)) {}
 
   void access(size_t stream, const std::string& memory, size_t offset, size_t size, bool write) {
-    ++clock_[stream][stream];
-    const size_t id = memory_.emplace(memory, memory_.size()).first->second;
-    log_.push_back({stream, clock_[stream], id, memory, offset, size, write});
+    ++clock_.at(stream).at(stream);
+    log_.push_back({stream, clock_[stream], memory, offset, size, write});
   }
-  void record(size_t stream, size_t event) { event_[event] = clock_[stream]; }
+  void record(size_t stream, size_t event) { event_.at(event) = clock_.at(stream); }
   void wait(size_t stream, size_t event) {
     if (waits_++ == dropped_) return;
-    for (size_t i = 0; i < clock_.size(); ++i) clock_[stream][i] = std::max(clock_[stream][i], event_[event][i]);
+    merge(clock_.at(stream), event_.at(event));
   }
 
   // Orders `stream` behind everything `host` did so far: the host enqueues work after its own earlier
   // accesses and the events it waited for.
-  void follow(size_t stream, size_t host) {
-    for (size_t i = 0; i < clock_.size(); ++i) clock_[stream][i] = std::max(clock_[stream][i], clock_[host][i]);
-  }
+  void follow(size_t stream, size_t host) { merge(clock_.at(stream), clock_.at(host)); }
 
   // Leaves out the index-th wait (counting from 0), to show that the order needs it.
   void drop_wait(size_t index) { dropped_ = index; }
@@ -62,19 +59,20 @@ class StreamOrder {
   struct Access {
     size_t stream;
     std::vector<int> clock;  // the stream's clock at the access, its own tick included
-    size_t memory;
-    std::string name;
+    std::string memory;
     size_t offset, size;
     bool write;
   };
+  static void merge(std::vector<int>& into, const std::vector<int>& from) {
+    for (size_t i = 0; i < into.size(); ++i) into[i] = std::max(into[i], from[i]);
+  }
   static std::string describe(const Access& a) {
-    return std::string(a.write ? "write" : "read") + " of " + a.name + "[" + std::to_string(a.offset) + "+" +
+    return std::string(a.write ? "write" : "read") + " of " + a.memory + "[" + std::to_string(a.offset) + "+" +
            std::to_string(a.size) + ") on stream " + std::to_string(a.stream) + " tick " +
            std::to_string(a.clock[a.stream]);
   }
 
   std::vector<std::vector<int>> clock_, event_;
-  std::map<std::string, size_t> memory_;
   std::vector<Access> log_;
   size_t waits_ = 0, dropped_ = std::numeric_limits<size_t>::max();
 };

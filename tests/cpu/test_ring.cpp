@@ -154,11 +154,11 @@ class RingModel {
   void update_join_fork() {
     for (size_t r = 0; r < r_; ++r) order.access(r, buffer(r), 0, schedule_.length(), false);
     for (size_t r = 1; r < r_; ++r) {
-      order.record(r, r_ + r);
-      order.wait(0, r_ + r);
+      order.record(r, joined(r));
+      order.wait(0, joined(r));
     }
-    order.record(0, 2 * r_);
-    for (size_t r = 1; r < r_; ++r) order.wait(r, 2 * r_);
+    order.record(0, fork());
+    for (size_t r = 1; r < r_; ++r) order.wait(r, fork());
   }
 
   void wait(int dst, int src) { order.wait(size_t(dst), size_t(src)); }
@@ -170,9 +170,9 @@ class RingModel {
     order.access(d, buffer(s), c.offset, c.size, false);  // the copy, on the receiver's stream
     if (t.reduce) {
       ASSERT_LE(c.size, receive_[d].size());
-      order.access(d, "receive " + std::to_string(d), 0, c.size, true);
+      order.access(d, receive(d), 0, c.size, true);
       std::copy(in, in + c.size, receive_[d].begin());
-      order.access(d, "receive " + std::to_string(d), 0, c.size, false);  // the add kernel
+      order.access(d, receive(d), 0, c.size, false);  // the add kernel
       order.access(d, buffer(d), c.offset, c.size, false);
       order.access(d, buffer(d), c.offset, c.size, true);
       for (size_t i = 0; i < c.size; ++i) out[i] += receive_[d][i];
@@ -187,6 +187,9 @@ class RingModel {
 
  private:
   static std::string buffer(size_t r) { return "buffer " + std::to_string(r); }
+  static std::string receive(size_t r) { return "receive " + std::to_string(r); }
+  size_t joined(size_t r) const { return r_ + r; }
+  size_t fork() const { return 2 * r_; }
 
   const RingSchedule& schedule_;
   size_t r_;
@@ -236,6 +239,8 @@ TEST(RingOnStreams, TheModelSeesARaceWhenAnyWaitIsMissing) {
     RingModel all(s, bufs);
     two_steps(s, all);
     ASSERT_TRUE(all.order.races().empty());
+    // Two rings of 2(R - 1) steps with R waits each, and R - 1 join and R - 1 fork waits between them.
+    ASSERT_EQ(all.order.waits(), size_t(4 * (r - 1) * r + 2 * (r - 1)));
     for (size_t skip = 0; skip < all.order.waits(); ++skip) {
       RingModel model(s, bufs);
       model.order.drop_wait(skip);

@@ -65,8 +65,8 @@ TEST(StagingSlots, StepParametersCarryRowsAndTheSgdScale) {
 }
 
 // The graph mode's staging and replay on the model of streams and events: stream 0 is the host, 1..R the
-// replicas' copy streams, R + 1 the root stream; events R * S of "copied" (replica r, slot s at r * S + s)
-// and S of "replayed". Every operation on a device stream is enqueued by the host after what the host
+// replicas' copy streams, R + 1 the root stream; events "copied" of replica r and slot s at r * S + s,
+// "replayed" of slot s at R * S + s. Every operation on a device stream is enqueued by the host after what the host
 // did and waited for before, so it first takes the host's clock. The replay's reads stand for the graph's
 // (its nodes run after the root stream's earlier work and before its later work).
 class StagingModel {
@@ -143,6 +143,9 @@ TEST(StagingOnStreams, TheModelSeesARaceWhenAnyWaitIsMissing) {
     StagingModel all(replicas, 2);
     staged_steps(staging, replicas, 6, all);
     ASSERT_TRUE(all.order.races().empty());
+    // Four reused steps, each with R host waits, R copy-stream waits and R root waits; two fresh steps
+    // with R root waits each.
+    ASSERT_EQ(all.order.waits(), 14 * replicas);
     for (size_t skip = 0; skip < all.order.waits(); ++skip) {
       StagingModel model(replicas, 2);
       model.order.drop_wait(skip);
