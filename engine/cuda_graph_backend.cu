@@ -176,33 +176,39 @@ std::vector<std::string> CudaGraphBackend::devices() const {
 }
 
 void CudaGraphBackend::enqueue_step(int slot) {
-  const size_t s = static_cast<size_t>(slot);
-  Replica& root = *replicas_[0];
-  // Fork: every replica's stream starts after the work already on the root stream.
-  fork_.record(root.compute.get());
-  for (size_t r = 1; r < replicas_.size(); ++r) fork_.wait_on(replicas_[r]->compute.get());
-  for (auto& rep : replicas_) {
-    cuda::CudaLenet& net = *rep->net;
-    const StepParams* params = rep->params[s].get();
-    net.forward(rep->capacity, rep->x[s].get());
-    net.loss(rep->capacity, cuda::CudaLenet::kTrainStats, rep->labels[s].get(), device_field<int32_t>(params, offsetof(StepParams, rows)));
-    net.backward(rep->capacity, rep->x[s].get());
-    rep->progress.record(rep->compute.get());
-  }
-  std::vector<RingMember> members;
-  for (auto& rep : replicas_)
-    members.push_back({rep->device, rep->net->grads(), rep->receive.get(), rep->compute.get(), rep->progress.get()});
-  enqueue_ring_allreduce(ring_, members);
-  for (auto& rep : replicas_) {
-    DeviceGuard guard(rep->device);
-    cuda::launch_sgd_update(rep->net->params(), rep->net->grads(), model::kNumParameters,
-                            device_field<float>(rep->params[s].get(), offsetof(StepParams, scale)), rep->compute.get());
-  }
-  // Join: the root stream (the capture's origin) ends after every replica.
-  for (size_t r = 1; r < replicas_.size(); ++r) {
-    replicas_[r]->joined.record(replicas_[r]->compute.get());
-    replicas_[r]->joined.wait_on(root.compute.get());
-  }
+  // The operations that enqueue_replica_step (engine/staging.hpp) puts in order.
+  struct CapturedOps {
+    CudaGraphBackend& b;
+    size_t s;
+    Replica& rep(size_t r) const { return *b.replicas_[r]; }
+    cudaStream_t stream(size_t r) const { return rep(r).compute.get(); }
+    void record_fork() const { b.fork_.record(stream(0)); }
+    void wait_fork(size_t r) const { b.fork_.wait_on(stream(r)); }
+    void forward_backward(size_t r) const {
+      Replica& p = rep(r);
+      const StepParams* params = p.params[s].get();
+      p.net->forward(p.capacity, p.x[s].get());
+      p.net->loss(p.capacity, cuda::CudaLenet::kTrainStats, p.labels[s].get(),
+                  device_field<int32_t>(params, offsetof(StepParams, rows)));
+      p.net->backward(p.capacity, p.x[s].get());
+    }
+    void record_progress(size_t r) const { rep(r).progress.record(stream(r)); }
+    void allreduce() const {
+      std::vector<RingMember> members;
+      for (auto& p : b.replicas_)
+        members.push_back({p->device, p->net->grads(), p->receive.get(), p->compute.get(), p->progress.get()});
+      enqueue_ring_allreduce(b.ring_, members);
+    }
+    void update(size_t r) const {
+      Replica& p = rep(r);
+      DeviceGuard guard(p.device);
+      cuda::launch_sgd_update(p.net->params(), p.net->grads(), model::kNumParameters,
+                              device_field<float>(p.params[s].get(), offsetof(StepParams, scale)), stream(r));
+    }
+    void record_joined(size_t r) const { rep(r).joined.record(stream(r)); }
+    void root_wait_joined(size_t r) const { rep(r).joined.wait_on(stream(0)); }
+  } ops{*this, static_cast<size_t>(slot)};
+  enqueue_replica_step(replicas_.size(), ops);
 }
 
 void CudaGraphBackend::train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) {

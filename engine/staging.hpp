@@ -62,6 +62,33 @@ void enqueue_replay(const StagingSlots& staging, uint64_t step, size_t replicas,
   ops.record_replayed(s);
 }
 
+// What each replay runs (captured once per slot after one eager warm-up step), across the replicas'
+// compute streams, replica 0's being the root stream that the graph is captured on and launched into:
+//   record_fork(), wait_fork(r)   the root stream records the fork event, replica r >= 1 waits for it;
+//   forward_backward(r)           replica r's forward pass, loss and backward pass, writing its gradients;
+//   record_progress(r)            ... then its progress event, which the ring's first step waits for;
+//   allreduce()                   enqueue_ring over the replicas' streams and progress events;
+//   update(r)                     replica r's SGD update from the summed gradients;
+//   record_joined(r), root_wait_joined(r)  replica r >= 1 records its join event, the root stream waits.
+// A capture must end with every forked stream joined back; the join also makes the next replay, which
+// waits only for the root stream, follow the whole step (tests/cpu/test_ring.cpp checks both steps'
+// accesses on a model of streams and events).
+template <typename Ops>
+void enqueue_replica_step(size_t replicas, Ops& ops) {
+  ops.record_fork();
+  for (size_t r = 1; r < replicas; ++r) ops.wait_fork(r);
+  for (size_t r = 0; r < replicas; ++r) {
+    ops.forward_backward(r);
+    ops.record_progress(r);
+  }
+  ops.allreduce();
+  for (size_t r = 0; r < replicas; ++r) ops.update(r);
+  for (size_t r = 1; r < replicas; ++r) {
+    ops.record_joined(r);
+    ops.root_wait_joined(r);
+  }
+}
+
 // What one replica's captured step reads from device memory at replay: its row count (rows past it
 // are masked) and the SGD scale lr / (rows of the whole minibatch).
 struct StepParams {

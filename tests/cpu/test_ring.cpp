@@ -1,5 +1,6 @@
-// The minibatch split and the ring allreduce schedule, executed on host buffers, and the order of waits,
-// copies and event records the graph mode enqueues it in, on a model of streams and events. Inputs are
+// The minibatch split and the ring allreduce schedule, executed on host buffers, and the order of the
+// graph mode's captured step with its ring (forks, waits, copies, event records, joins) on a model of
+// streams and events. Inputs are
 // small integers stored in floats, so every partial sum is exact and the result must equal the exact sum
 // bit for bit, in whatever order the schedule adds.
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "engine/ring.hpp"
+#include "engine/staging.hpp"
 #include "model/lenet.hpp"
 #include "stream_order.hpp"
 
@@ -128,39 +130,46 @@ TEST(RingAllreduce, TransfersOfAStepCommute) {
   EXPECT_EQ(a, b);
 }
 
-// The queue enqueue_ring drives, on the model of streams and events (stream r is replica r's; events
-// 0..R-1 the progress events, R..2R-1 the join events, 2R the fork event), also running the transfers on
-// host buffers in the order they were enqueued, through receive buffers as the GPU does.
-class RingModel {
+// The operations of the graph mode's captured step (enqueue_replica_step) and of its ring (enqueue_ring)
+// on the model of streams and events: stream r is replica r's compute stream (0 the root stream), stream
+// R the host; events 0..R-1 are the progress events, R..2R-1 the join events, 2R the fork event and
+// 2R + 1 an event the host synchronises on after the last step, as the graph mode does before it reads
+// parameters. The model also runs the transfers on host buffers in the order they were enqueued,
+// through receive buffers as the GPU does.
+class StepModel {
  public:
-  RingModel(const RingSchedule& s, std::vector<std::vector<float>> buffers)
-      : order(size_t(s.replicas()), 2 * size_t(s.replicas()) + 1),
+  StepModel(const RingSchedule& s, std::vector<std::vector<float>> buffers)
+      : order(size_t(s.replicas()) + 1, 2 * size_t(s.replicas()) + 2),
         schedule_(s),
         r_(size_t(s.replicas())),
         buffers_(std::move(buffers)),
         receive_(r_, std::vector<float>(s.chunks()[0].size, 0.0f)) {}
 
-  // The rest of the graph mode's step (enqueue_step in engine/cuda_graph_backend.cu) around the ring:
-  // each replica's backward pass writes its whole buffer and records its progress event; after the ring
-  // its SGD update reads the buffer; the join (replicas 1.. record an event the root stream waits for)
-  // ends the step, and the next step's fork (the root records an event replicas 1.. wait for) comes
-  // before the next backward pass, which writes the buffers ring neighbours read in the last ring step.
-  void backward() {
-    for (size_t r = 0; r < r_; ++r) {
-      order.access(r, buffer(r), 0, schedule_.length(), true);
-      record(int(r));
-    }
+  // enqueue_replica_step's operations. The backward pass writes the replica's gradient buffer, which ring
+  // neighbours read in the ring's last step; SGD writes the parameters the next step reads.
+  void record_fork() { order.record(0, fork()); }
+  void wait_fork(size_t r) { order.wait(r, fork()); }
+  void forward_backward(size_t r) {
+    order.access(r, params(r), 0, 1, false);
+    order.access(r, buffer(r), 0, schedule_.length(), true);
   }
-  void update_join_fork() {
-    for (size_t r = 0; r < r_; ++r) order.access(r, buffer(r), 0, schedule_.length(), false);
-    for (size_t r = 1; r < r_; ++r) {
-      order.record(r, joined(r));
-      order.wait(0, joined(r));
-    }
-    order.record(0, fork());
-    for (size_t r = 1; r < r_; ++r) order.wait(r, fork());
+  void record_progress(size_t r) { record(int(r)); }
+  void allreduce() { enqueue_ring(schedule_, *this); }
+  void update(size_t r) {
+    order.access(r, buffer(r), 0, schedule_.length(), false);
+    order.access(r, params(r), 0, 1, true);
+  }
+  void record_joined(size_t r) { order.record(r, joined(r)); }
+  void root_wait_joined(size_t r) { order.wait(0, joined(r)); }
+
+  // After the last step the host waits for the root stream and reads every replica's parameters.
+  void synchronize_and_read() {
+    order.record(0, done());
+    order.wait(r_, done());
+    for (size_t r = 0; r < r_; ++r) order.access(r_, params(r), 0, 1, false);
   }
 
+  // enqueue_ring's operations.
   void wait(int dst, int src) { order.wait(size_t(dst), size_t(src)); }
   void record(int r) { order.record(size_t(r), size_t(r)); }
   void transfer(const Transfer& t, const ChunkRange& c) {
@@ -186,27 +195,26 @@ class RingModel {
   lenet::test::StreamOrder order;
 
  private:
-  static std::string buffer(size_t r) { return "buffer " + std::to_string(r); }
+  static std::string buffer(size_t r) { return "gradients " + std::to_string(r); }
   static std::string receive(size_t r) { return "receive " + std::to_string(r); }
+  static std::string params(size_t r) { return "parameters " + std::to_string(r); }
   size_t joined(size_t r) const { return r_ + r; }
   size_t fork() const { return 2 * r_; }
+  size_t done() const { return 2 * r_ + 1; }
 
   const RingSchedule& schedule_;
   size_t r_;
   std::vector<std::vector<float>> buffers_, receive_;
 };
 
-// A step and the next one's backward pass and ring, so the hazards between the ring's last step and the
-// next backward pass count too.
-void two_steps(const RingSchedule& s, RingModel& model) {
-  model.backward();
-  enqueue_ring(s, model);
-  model.update_join_fork();
-  model.backward();
-  enqueue_ring(s, model);
+// Two steps and the host's read, so the hazards between one step's ring and the next step's backward
+// pass, and between the last updates and the host, count too.
+void two_steps(const RingSchedule& s, StepModel& model) {
+  for (int step = 0; step < 2; ++step) enqueue_replica_step(size_t(s.replicas()), model);
+  model.synchronize_and_read();
 }
 
-TEST(RingOnStreams, EveryConflictIsOrderedByEventsAndTheSumIsExact) {
+TEST(StepOnStreams, EveryConflictIsOrderedByEventsAndTheSumIsExact) {
   std::mt19937 gen(13);
   for (int r = 1; r <= 8; ++r) {
     for (size_t len : {size_t{1}, size_t{5}, size_t{29}}) {
@@ -215,13 +223,11 @@ TEST(RingOnStreams, EveryConflictIsOrderedByEventsAndTheSumIsExact) {
       std::vector<float> expected(len, 0.0f);
       for (const auto& b : bufs)
         for (size_t i = 0; i < len; ++i) expected[i] += b[i];
-      RingModel model(s, bufs);
-      model.backward();
-      enqueue_ring(s, model);
+      StepModel model(s, bufs);
+      enqueue_replica_step(size_t(r), model);
       for (int i = 0; i < r; ++i) EXPECT_EQ(model.buffers()[size_t(i)], expected) << "R=" << r << " replica " << i;
-      model.update_join_fork();
-      model.backward();
-      enqueue_ring(s, model);
+      enqueue_replica_step(size_t(r), model);
+      model.synchronize_and_read();
       const std::vector<std::string> races = model.order.races();
       EXPECT_TRUE(races.empty()) << "R=" << r << " length=" << len << ": " << races.size() << " races, first "
                                  << races.front();
@@ -229,20 +235,21 @@ TEST(RingOnStreams, EveryConflictIsOrderedByEventsAndTheSumIsExact) {
   }
 }
 
-TEST(RingOnStreams, TheModelSeesARaceWhenAnyWaitIsMissing) {
-  // Without any one of its waits, of the ring or of the join and fork, two steps race: the model can
-  // fail, and every wait is needed.
+TEST(StepOnStreams, TheModelSeesARaceWhenAnyWaitIsMissing) {
+  // Without any one of the waits, of the rings, the joins, the second fork or the host's, two steps race:
+  // the model can fail, and every wait is needed. (The first step's fork orders nothing here: no work
+  // precedes it on the root stream.)
   for (int r = 2; r <= 8; ++r) {
     const RingSchedule s(r, 12);
     std::mt19937 gen(14);
     const auto bufs = integer_buffers(r, 12, gen);
-    RingModel all(s, bufs);
+    StepModel all(s, bufs);
     two_steps(s, all);
     ASSERT_TRUE(all.order.races().empty());
-    // Two rings of 2(R - 1) steps with R waits each, and R - 1 join and R - 1 fork waits between them.
-    ASSERT_EQ(all.order.waits(), size_t(4 * (r - 1) * r + 2 * (r - 1)));
-    for (size_t skip = 0; skip < all.order.waits(); ++skip) {
-      RingModel model(s, bufs);
+    // Per step R - 1 fork waits, 2(R - 1) ring steps of R waits and R - 1 join waits; the host's one.
+    ASSERT_EQ(all.order.waits(), size_t(2 * ((r - 1) + 2 * (r - 1) * r + (r - 1)) + 1));
+    for (size_t skip = size_t(r - 1); skip < all.order.waits(); ++skip) {
+      StepModel model(s, bufs);
       model.order.drop_wait(skip);
       two_steps(s, model);
       EXPECT_FALSE(model.order.races().empty()) << "R=" << r << ": wait " << skip << " of " << all.order.waits()
