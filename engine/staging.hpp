@@ -1,7 +1,8 @@
-// Rotation of the graph mode's staging buffers, as plain arithmetic and an order of operations the tests
-// check without a GPU: step k stages its minibatch in slot k mod S; before the host refills the pinned
-// slot the copy of step k - S (the last to read it) must be done, and before the copy stream overwrites
-// the device slot the replay of step k - S (which read it) must be done.
+// The graph mode's step as plain C++ that the tests check without a GPU: the rotation of its staging
+// buffers and the order of its operations (staging, replay, and the work each replay runs). Step k stages
+// its minibatch in slot k mod S; before the host refills the pinned slot the copy of step k - S (the
+// last to read it) must be done, and before the copy stream overwrites the device slot the replay of
+// step k - S (which read it) must be done.
 #pragma once
 #include <cstddef>
 #include <cstdint>
