@@ -68,12 +68,13 @@ void enqueue_replay(const StagingSlots& staging, uint64_t step, size_t replicas,
 //   record_fork(), wait_fork(r)   the root stream records the fork event, replica r >= 1 waits for it;
 //   forward_backward(r)           replica r's forward pass, loss and backward pass, writing its gradients;
 //   record_progress(r)            ... then its progress event, which the ring's first step waits for;
-//   allreduce()                   enqueue_ring over the replicas' streams and progress events;
+//   allreduce()                   the ring over the replicas' streams and progress events
+//                                 (enqueue_ring_allreduce, which instantiates enqueue_ring);
 //   update(r)                     replica r's SGD update from the summed gradients;
 //   record_joined(r), root_wait_joined(r)  replica r >= 1 records its join event, the root stream waits.
-// A capture must end with every forked stream joined back; the join also makes the next replay, which
-// waits only for the root stream, follow the whole step (tests/cpu/test_ring.cpp checks both steps'
-// accesses on a model of streams and events).
+// A capture must end with every forked stream joined back, and the eager warm-up step needs the join for
+// the root stream's later work to follow it (a replay is one operation on the root stream anyway).
+// tests/cpu/test_ring.cpp runs two steps back to back on a model of streams and events.
 template <typename Ops>
 void enqueue_replica_step(size_t replicas, Ops& ops) {
   ops.record_fork();
