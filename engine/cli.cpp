@@ -251,9 +251,11 @@ int run_cli(int argc, const char* const* argv) {
     if (!parsed) return 0;
     CliOptions o = *parsed;
     std::optional<Checkpoint> checkpoint;
-    if (!o.load_path.empty()) checkpoint = load_checkpoint(o.load_path);
-    if (!o.resume_path.empty()) checkpoint = load_checkpoint(o.resume_path);  // --load and --resume exclude each other
-    if (checkpoint) check_finite_parameters(checkpoint->parameters, o.load_path.empty() ? o.resume_path : o.load_path);
+    // --load and --resume exclude each other (validate() refused both).
+    if (const std::string& from = o.load_path.empty() ? o.resume_path : o.load_path; !from.empty()) {
+      checkpoint = load_checkpoint(from);
+      check_finite_parameters(checkpoint->parameters, from);
+    }
     // What the flags gave before a resumed run fills in the rest from its checkpoint.
     const bool replicas_given = o.replicas.has_value();
     const bool train_limit_given = o.train_limit != 0, test_limit_given = o.test_limit != 0;

@@ -53,10 +53,13 @@ std::string resolve_data_dir(const std::string& flag_value) {
 
 std::string find_data_file(const std::string& dir, const std::string& name) {
   const std::string plain = dir + "/" + name;
-  for (const std::string& path : {plain, plain + ".gz"})
-    if (file_kind(path) == 1) return path;
-  for (const std::string& path : {plain, plain + ".gz"})
-    if (file_kind(path) == -1) throw DataError(path + ": not a regular file");
+  std::string other;  // the first of the two that is there but not a regular file
+  for (const std::string& path : {plain, plain + ".gz"}) {
+    const int kind = file_kind(path);
+    if (kind == 1) return path;
+    if (kind == -1 && other.empty()) other = path;
+  }
+  if (!other.empty()) throw DataError(other + ": not a regular file");
   throw DataError(plain + "(.gz): not found; install the data set with `apt-get install dataset-fashion-mnist`"
                   " or point --data-dir / LENET_DATA_DIR at a folder holding the four IDX files");
 }

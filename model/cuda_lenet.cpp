@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <optional>
 #include <utility>
 
 #include "model/cuda_kernels.hpp"
@@ -237,15 +236,14 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
         continue;
       }
       set_batch_descriptors(max_rows_);
-      std::optional<DeviceBuffer<char>> scratch;
+      DeviceBuffer<char> scratch;
       try {
-        scratch.emplace(ctx_.device(), std::max<size_t>(need, 1));
-      } catch (const CudaError&) {
-        cudaGetLastError();
+        scratch = DeviceBuffer<char>(ctx_.device(), std::max<size_t>(need, 1));
+      } catch (const CudaError&) {  // the check has cleared the allocation's error
         tried += name + "its workspace of " + std::to_string(need) + " bytes could not be allocated";
         continue;
       }
-      if (const cudnnStatus_t rc = run(algo, scratch->get(), need); rc != CUDNN_STATUS_SUCCESS) {
+      if (const cudnnStatus_t rc = run(algo, scratch.get(), need); rc != CUDNN_STATUS_SUCCESS) {
         cudaGetLastError();  // a failed launch inside cuDNN must not surface at our next check
         tried += name + "trial run: " + cudnnGetErrorString(rc);
         continue;

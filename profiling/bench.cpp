@@ -20,8 +20,8 @@
 #include "engine/cuda_graph_backend.hpp"
 #include "engine/cuda_naive_backend.hpp"
 #include "engine/cuda_probe.hpp"
-#include "engine/empty_values.hpp"
 #include "engine/cuda_ring.hpp"
+#include "engine/empty_values.hpp"
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
 #include "io/dataset.hpp"
@@ -171,6 +171,12 @@ nlohmann::json bench_allreduce(const Options& o, int num_gpus, std::ostream& out
   for (size_t bytes = 4096; bytes <= (size_t{64} << 20); bytes *= 4) sizes.push_back(bytes);
   sizes.push_back(model::kNumParameters * sizeof(float));
   std::sort(sizes.begin(), sizes.end());
+  auto synchronize_gpus = [num_gpus] {
+    for (int g = 0; g < num_gpus; ++g) {
+      cuda::DeviceGuard guard(g);
+      LENET_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+  };
   nlohmann::json rows = nlohmann::json::array();
   out << "\nAllreduce alone (" << num_gpus << " GPU" << (num_gpus == 1 ? "" : "s")
       << "; members share them round-robin; busbw = algbw * 2(R-1)/R as in nccl-tests)\n\n"
@@ -193,10 +199,7 @@ nlohmann::json bench_allreduce(const Options& o, int num_gpus, std::ostream& out
         cuda::DeviceGuard guard(dev);
         LENET_CUDA_CHECK(cudaMemset(buffers.back().get(), 0, bytes));
       }
-      for (int g = 0; g < num_gpus; ++g) {  // the memsets ran on the legacy streams, the ring runs on ours
-        cuda::DeviceGuard guard(g);
-        LENET_CUDA_CHECK(cudaDeviceSynchronize());
-      }
+      synchronize_gpus();  // the memsets ran on the legacy streams, the ring runs on ours
       for (int i = 0; i < r; ++i)
         members.push_back({i % num_gpus, buffers[size_t(i)].get(), receives[size_t(i)].get(), streams[size_t(i)].get(),
                            events[size_t(i)].get()});
@@ -223,16 +226,10 @@ nlohmann::json bench_allreduce(const Options& o, int num_gpus, std::ostream& out
       LENET_CUDA_CHECK(cudaStreamSynchronize(streams[0].get()));
       const double ring_s = seconds(Clock::now() - t0) / reps;
       engine::textbook_allreduce(members, 0, count);  // warm-up
-      for (int g = 0; g < num_gpus; ++g) {
-        cuda::DeviceGuard guard(g);
-        LENET_CUDA_CHECK(cudaDeviceSynchronize());
-      }
+      synchronize_gpus();
       t0 = Clock::now();
       for (int k = 0; k < reps; ++k) engine::textbook_allreduce(members, 0, count);
-      for (int g = 0; g < num_gpus; ++g) {
-        cuda::DeviceGuard guard(g);
-        LENET_CUDA_CHECK(cudaDeviceSynchronize());
-      }
+      synchronize_gpus();
       const double book_s = seconds(Clock::now() - t0) / reps;
       const double ring_alg = profiling::algbw(double(bytes), ring_s), book_alg = profiling::algbw(double(bytes), book_s);
       rows.push_back({{"replicas", r}, {"bytes", bytes}, {"ring_seconds", ring_s}, {"ring_algbw", ring_alg},
