@@ -226,9 +226,11 @@ void apply_resume_state(CliOptions& o, const TrainingState& st) {
   o.train.batch_size = st.batch_size;
   o.replicas = st.replicas;
   if (!o.epochs_given) o.train.epochs = st.epochs;
-  // The first train_examples and test_examples examples, as the interrupted run had. Another
-  // --train-limit is refused once the data is loaded, another --test-limit here (its metrics would not
-  // compare); a checkpoint that does not record the test set's size takes the flag as it is.
+  // The first train_examples and test_examples examples, as the interrupted run had: another
+  // --train-limit would give other minibatches than the saved step count means, another --test-limit
+  // metrics that do not compare; a checkpoint that does not record the test set's size takes the flag
+  // as it is. A data set smaller than these sizes is refused when it loads.
+  conflict(o.train_limit != 0, o.train_limit != st.train_examples, "--train-limit", std::to_string(st.train_examples));
   conflict(o.test_limit != 0 && st.test_examples != 0, o.test_limit != st.test_examples, "--test-limit",
            std::to_string(st.test_examples));
   if (o.train_limit == 0) o.train_limit = st.train_examples;
@@ -312,12 +314,7 @@ int run_cli(int argc, const char* const* argv) {
     if (g_stop_signal != 0) return stopped("while loading the data");
     const uint64_t batches = io::EpochSampler(data.train.size(), size_t(o.train.batch_size), 0, false).num_batches();
     if (!o.resume_path.empty()) {
-      const TrainingState& st = *checkpoint->state;
-      if (st.train_examples != data.train.size()) {
-        throw UsageError("--resume " + o.resume_path + ": the interrupted run trained on " +
-                         std::to_string(st.train_examples) + " examples, this one has " +
-                         std::to_string(data.train.size()) + "; use its --train-limit " + std::to_string(st.train_examples));
-      }
+      const TrainingState& st = *checkpoint->state;  // data.train holds its train_examples examples
       if (st.step / batches != uint64_t(st.epoch)) {
         throw UsageError("--resume " + o.resume_path + ": " + std::to_string(st.step) + " steps and " +
                          std::to_string(st.epoch) + " epochs done do not fit " + std::to_string(batches) +

@@ -179,10 +179,16 @@ TEST_F(Cli, SaveResumeEqualsUninterruptedAndLoadEvaluates) {
   EXPECT_EQ(given.err.rfind("lenet-train: --test-limit 100: the test set has only 50", 0), 0u) << given.err;
   // The saved step count means other epochs with another --train-limit: refused, not reinterpreted.
   expect_usage_error("--backend cpu --quiet --train-limit 250 --test-limit 100 --epochs 3 --resume '" + b + "'",
-                     "--train-limit");
-  // 490 examples make as many minibatches of 64 as 500, but other ones: refused as well.
-  expect_usage_error("--backend cpu --quiet --train-limit 490 --test-limit 100 --epochs 3 --resume '" + b + "'",
-                     "use its --train-limit 500");
+                     "--train-limit differs from the value 500 saved in --resume");
+  // 490 examples make as many minibatches of 64 as 500, but other ones: refused as well, before the
+  // data set loads (a missing data folder is not what the refusal names).
+  expect_usage_error("--backend cpu --quiet --train-limit 490 --test-limit 100 --epochs 3 --data-dir /nonexistent --resume '" +
+                         b + "'",
+                     "--train-limit differs from the value 500 saved in --resume");
+  // The interrupted run's own size, given again, is accepted.
+  r = run("--backend cpu --quiet --train-limit 500 --test-limit 100 --epochs 3 --resume '" + b + "' --save '" +
+          (dir_ / "c.safetensors").string() + "'");
+  EXPECT_EQ(r.status, 0) << r.err;
 }
 
 // A safetensors file of the same tensors without our metadata, as PyTorch's save_file writes it.
