@@ -217,7 +217,8 @@ def seconds_table(bench):
         # lenet-bench rows share one impl ("lenet-dp") across modes; the peers name the mode in the impl.
         name = impl if mode in impl else f"{impl} {mode}".strip()
         for key, short in differing:
-            name += f" {short}={r[key] if r.get(key) is not None else '?'}"
+            v = r.get(key)
+            name += f" {short}={f'{float(v):g}' if is_number(v) else '?' if v is None else v}"
         cell = table.setdefault(name, {})
         if cell.get(int(r["replicas"]), r["seconds_per_epoch"]) != r["seconds_per_epoch"]:
             print(f"{PROG}: {name} R={int(r['replicas'])} appears more than once with different times; using the one "

@@ -156,6 +156,10 @@ class SecondsSeries(PlotModule):
         self.assertEqual(table, {"lenet-dp cpu": {1: 6.5, 2: 7.0}})
         table = self.plot.seconds_table([("a.json", base), ("b.json", dict(base, replicas=2, batch_size=256.0))])
         self.assertEqual(list(table), ["lenet-dp cpu"])  # 256 and 256.0 are one batch size
+        # ... and one series, named alike, where another batch size makes the batch size part of the name.
+        table = self.plot.seconds_table([("a.json", base), ("b.json", dict(base, replicas=2, batch_size=256.0)),
+                                         ("c.json", dict(base, batch_size=1024))])
+        self.assertEqual(table, {"lenet-dp cpu B=256": {1: 6.5, 2: 6.5}, "lenet-dp cpu B=1024": {1: 6.5}})
         small = dict(base, train_examples=500, seconds_per_epoch=0.06)
         old = {k: v for k, v in base.items() if k != "train_examples"}  # a row from before the field
         table = self.plot.seconds_table([("a.json", base), ("b.json", small), ("c.json", old)])
