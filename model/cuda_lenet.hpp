@@ -17,8 +17,9 @@
 
 namespace lenet::cuda {
 
-// The library handles of one device, created once and shared by the replicas on it. cuBLAS gets its
-// own workspace, set again after every stream change (cublasSetStream resets it).
+// The cuDNN and cuBLAS handles of one device, created once: naive mode shares one per GPU among the
+// replicas on it, graph mode gives every replica its own (replicas sharing a GPU run concurrently).
+// cuBLAS gets its own workspace, set again after every stream change (cublasSetStream resets it).
 class DeviceContext {
  public:
   explicit DeviceContext(int device);
