@@ -1,7 +1,9 @@
 #include "model/cuda_lenet.hpp"
 
 #include <algorithm>
+#include <array>
 #include <functional>
+#include <stdexcept>
 #include <utility>
 
 #include "model/cuda_kernels.hpp"
@@ -158,6 +160,24 @@ void CudaLenet::create_descriptors() {
   LENET_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w2_desc_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, kC2, kC1, kK2, kK2));
   set4d(b1_desc_, 1, kC1, 1, 1);
   set4d(b2_desc_, 1, kC2, 1, 1);
+  // The shapes of model/lenet.hpp against cuDNN's own output-size formulas, once.
+  set_batch_descriptors(1);
+  std::array<int, 4> d{};  // n, c, h, w
+  auto expect = [&d](const char* layer, const std::array<int, 4>& want) {
+    if (d != want) {
+      throw std::logic_error(std::string("CudaLenet: cuDNN gives ") + layer + " an output of " + std::to_string(d[1]) +
+                             "x" + std::to_string(d[2]) + "x" + std::to_string(d[3]) + ", the model " +
+                             std::to_string(want[1]) + "x" + std::to_string(want[2]) + "x" + std::to_string(want[3]));
+    }
+  };
+  LENET_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv1_fwd_, x_desc_, w1_desc_, &d[0], &d[1], &d[2], &d[3]));
+  expect("conv1", {1, kC1, kS1, kS1});
+  LENET_CUDNN_CHECK(cudnnGetPooling2dForwardOutputDim(pool_desc_, a1_desc_, &d[0], &d[1], &d[2], &d[3]));
+  expect("pool1", {1, kC1, kP1, kP1});
+  LENET_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv2_fwd_, p1_desc_, w2_desc_, &d[0], &d[1], &d[2], &d[3]));
+  expect("conv2", {1, kC2, kS2, kS2});
+  LENET_CUDNN_CHECK(cudnnGetPooling2dForwardOutputDim(pool_desc_, a2_desc_, &d[0], &d[1], &d[2], &d[3]));
+  expect("pool2", {1, kC2, kP2, kP2});
 }
 
 CudaLenet::~CudaLenet() { destroy_descriptors(); }
