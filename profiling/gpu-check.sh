@@ -7,11 +7,12 @@
 # Usage: profiling/gpu-check.sh OUTDIR
 # Works on any Linux machine with a GPU, the CUDA toolkit and CMake. On a host without network it takes
 # what it lacks from .gpu-bundle/ (../shared/gpu/make-bundle.sh, with LENET_BUNDLE_INCLUDES="CLI nlohmann"):
-# the data set, GoogleTest sources, cuDNN headers, CLI11 and nlohmann/json. cuDNN's library may come from
-# PyTorch's wheel (nvidia.cudnn). Every step has a time limit and a failure does not stop the others.
+# the data set, GoogleTest sources, cuDNN headers, CLI11 and nlohmann/json. cuDNN and cuBLAS may come from
+# PyTorch's wheels (nvidia.cudnn, nvidia/cu13). Every step has a time limit and a failure does not stop
+# the others. The GPU tests fail, not skip, when no device answers (LENET_GPU_REQUIRED=1).
 # Environment: LENET_CHECK_BUDGET (seconds for everything, default 450), LENET_COMMIT (when the tree has
 # no .git), LENET_CHECK_EPOCHS (default 10), LENET_CHECK_SWEEP (0 skips the sweep),
-# LENET_CHECK_SANITIZERS (compute-sanitizer tools, default "memcheck racecheck"), CUDNN_ROOT,
+# LENET_CHECK_SANITIZERS (compute-sanitizer tools, default "memcheck racecheck"), CUDNN_ROOT, CUBLAS_ROOT,
 # LENET_CHECK_PHASES (any of: tests gputests sanitizers accuracy experiment sweep bench cpu, run in this
 # order; default all but gputests and accuracy, which are skipped when tests is given: gputests runs the
 # GPU-labelled tests but the slow accuracy test, accuracy runs that one alone. When one run's time is
@@ -27,6 +28,7 @@ mkdir -p "$out" && out=$(cd "$out" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 exec > >(tee "$out/log") 2>&1
+export LENET_GPU_REQUIRED=1  # a GPU check whose GPU tests all skipped would test nothing
 
 start_time=$(date +%s)
 budget=${LENET_CHECK_BUDGET:-450}
@@ -98,6 +100,19 @@ if [[ -n $cudnn_root ]]; then
     cmake_args+=("-DCUDNN_INCLUDE_DIR=$bundle/cudnn/include")
   fi
 fi
+# cuBLAS: the toolkit's or the system's, else PyTorch's wheel (nvidia/cu13/lib for CUDA 13, nvidia/cublas/lib
+# before); CMake then links it by its full path.
+if [[ -z ${CUBLAS_ROOT:-} ]] && ! ls "$cuda_dir"/lib64/libcublas.so* >/dev/null 2>&1 &&
+  ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so'; then
+  cublas_lib=$(python3 -c 'import glob, nvidia
+print(min((p for d in nvidia.__path__ for p in glob.glob(d + "/*/lib/libcublas.so.*")), default=""))' 2>/dev/null || true)
+  [[ -n $cublas_lib ]] && CUBLAS_ROOT=$(dirname "$(dirname "$cublas_lib")")
+fi
+if [[ -n ${CUBLAS_ROOT:-} ]]; then
+  echo "cuBLAS from $CUBLAS_ROOT"
+  cmake_args+=("-DCUBLAS_ROOT=$CUBLAS_ROOT")
+  export LD_LIBRARY_PATH="$CUBLAS_ROOT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 [[ -d $bundle/googletest && ! -f /usr/lib/x86_64-linux-gnu/libgtest.a && ! -f /usr/lib/libgtest.a ]] &&
   cmake_args+=("-DLENET_GTEST_SOURCE_DIR=$bundle/googletest")
 [[ -d $bundle/include ]] && cmake_args+=("-DLENET_EXTRA_INCLUDE_DIR=$bundle/include")
@@ -145,7 +160,7 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
       args=(--tool "$tool" --error-exitcode 99)
       [[ $sanitizer_help == *--report-api-errors* ]] && args+=(--report-api-errors no)
       [[ $tool == racecheck && $sanitizer_help == *--racecheck-detect-level* ]] && args+=(--racecheck-detect-level error)
-      for mode in naive graph; do
+      for mode in graph naive; do
         step "sanitizer $tool $mode" 150 compute-sanitizer "${args[@]}" --log-file "$out/sanitizer-$tool-$mode.txt" \
           "$train" --backend cuda --mode $mode --num-gpus 1 --replicas 2 --epochs 1 --train-limit 600 --test-limit 300 --quiet
       done

@@ -2,8 +2,17 @@
 // error name and, where there is one, what to try. Built from status codes, so it runs without a GPU.
 #include <gtest/gtest.h>
 
-#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "engine/cuda_probe.hpp"
 #include "graphs/cuda_check.hpp"
 
 namespace {
@@ -66,3 +75,26 @@ TEST(CudaErrors, OtherErrorsStillNameTheLibraryError) {
 }
 
 }  // namespace
+
+// Without a device the GPU tests skip, unless LENET_GPU_REQUIRED=1 says a device must answer: then they
+// fail (the GPU check sets it). Shown on test_gpu_probe, run as CTest runs it.
+TEST(GpuTests, SkipWithoutDeviceAndFailWhenOneIsRequired) {
+  const lenet::engine::CudaProbe probe = lenet::engine::probe_cuda();
+  if (!probe.no_device()) GTEST_SKIP() << "a CUDA device answers: " << probe.describe();
+  const std::string out = (std::filesystem::temp_directory_path() / ("lenet-gpu-required-" + std::to_string(::getpid()))).string();
+  auto run = [&](const std::string& env) {
+    const int raw = std::system((env + " '" LENET_GPU_PROBE_TEST_EXE "' >'" + out + "' 2>&1").c_str());
+    std::ifstream in(out);
+    std::stringstream text;
+    text << in.rdbuf();
+    return std::pair<int, std::string>(WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, text.str());
+  };
+  const auto [skipped_status, skipped] = run("env -u LENET_GPU_REQUIRED");
+  EXPECT_EQ(skipped_status, 0) << skipped;
+  EXPECT_NE(skipped.find("[  SKIPPED ]"), std::string::npos) << skipped;
+  const auto [failed_status, failed] = run("LENET_GPU_REQUIRED=1");
+  EXPECT_NE(failed_status, 0) << failed;
+  EXPECT_NE(failed.find("LENET_GPU_REQUIRED=1, but no CUDA device answers"), std::string::npos) << failed;
+  EXPECT_EQ(failed.find("[  SKIPPED ]"), std::string::npos) << failed;
+  std::filesystem::remove(out);
+}
