@@ -7,11 +7,10 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <utility>
 
+#include "cli_runner.hpp"
 #include "engine/cuda_probe.hpp"
 #include "graphs/cuda_check.hpp"
 
@@ -84,10 +83,7 @@ TEST(GpuTests, SkipWithoutDeviceAndFailWhenOneIsRequired) {
   const std::string out = (std::filesystem::temp_directory_path() / ("lenet-gpu-required-" + std::to_string(::getpid()))).string();
   auto run = [&](const std::string& env) {
     const int raw = std::system((env + " '" LENET_GPU_PROBE_TEST_EXE "' >'" + out + "' 2>&1").c_str());
-    std::ifstream in(out);
-    std::stringstream text;
-    text << in.rdbuf();
-    return std::pair<int, std::string>(WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, text.str());
+    return std::pair<int, std::string>(WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, lenet::testing::slurp(out));
   };
   const auto [skipped_status, skipped] = run("env -u LENET_GPU_REQUIRED");
   EXPECT_EQ(skipped_status, 0) << skipped;
