@@ -364,6 +364,13 @@ int run_cli(int argc, const char* const* argv) {
     try {
       const TrainResult result = train(*backend, data, o.train, std::cerr, terminal);
       std::cout << final_line(result.epochs.back().test_acc, result.mean_epoch_seconds, backend->devices()) << std::endl;
+      // A signal during the last step or the last evaluation let the run complete; the status still says
+      // it came, so that a script interrupted by it stops too.
+      if (g_stop_signal != 0) {
+        std::cerr << kProgram << ": stopped by signal " << g_stop_signal << " after the run's last step: the run is complete"
+                  << (saved ? ", checkpoint written to " + o.save_path : "") << std::endl;
+        return 128 + static_cast<int>(g_stop_signal);
+      }
       return 0;
     } catch (const TrainingStopped& e) {
       // The flag a checkpoint does not record, which a resumed run needs again to go on alike.

@@ -316,6 +316,32 @@ TEST_F(Cli, SignalLeavesALoadableCheckpoint) {
   }
 }
 
+// A signal during the last step lets the run complete: the final line, the whole run's checkpoint, and
+// still 128 + signal with a line saying so. One minibatch of 30000 rows is the whole run; the signal is
+// sent once the CPU notice shows the data loaded (no GPU here: the notice comes just before training).
+TEST_F(Cli, SignalInTheLastStepCompletesTheRunAndSaysSo) {
+  const lenet::engine::CudaProbe probe = lenet::engine::probe_cuda();
+  if (!probe.no_device()) GTEST_SKIP() << "a CUDA device answers: " << probe.describe();
+  const std::string ckpt = (dir_ / "last.safetensors").string(), err = (dir_ / "err").string();
+  const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_TRAIN_EXE "' --quiet --train-limit 30000 "
+                          "--batch-size 30000 --test-limit 100 --epochs 1 --save '" + ckpt + "' >'" + (dir_ / "out").string() +
+                          "' 2>'" + err + "' & pid=$!; while kill -0 $pid 2>/dev/null && ! grep -q 'training on the CPU' '" +
+                          err + "'; do sleep 0.02; done; kill -INT $pid; wait $pid; exit $?";
+  const int raw = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(raw));
+  const std::string e = lenet::testing::slurp(err);
+  EXPECT_EQ(WEXITSTATUS(raw), 130) << e;
+  EXPECT_NE(lenet::testing::slurp(dir_ / "out").find("test acc: "), std::string::npos) << e;
+  EXPECT_NE(e.find("lenet-train: stopped by signal 2 after the run's last step: the run is complete, checkpoint written to " +
+                   ckpt + "\n"),
+            std::string::npos)
+      << e;
+  const lenet::engine::Checkpoint c = lenet::engine::load_checkpoint(ckpt);
+  ASSERT_TRUE(c.state.has_value());
+  EXPECT_EQ(c.state->epoch, 1);
+  EXPECT_EQ(c.state->step, 1u);
+}
+
 // Under nohup (SIGHUP ignored when the program starts) a hangup stays ignored. A hangup that comes
 // twice (the shell's and the terminal's) is still one request to stop: the checkpoint is written.
 // Minibatches of 10000 or 20000 rows take a second or two, so the signals arrive while the run is in
