@@ -68,7 +68,7 @@ std::string state_problem(const TrainingState& s) {
   if (s.epoch < 0 || s.epoch > s.epochs) {
     return "epoch is " + std::to_string(s.epoch) + ", must be in 0.." + std::to_string(s.epochs) + " (epochs)";
   }
-  if (!std::isfinite(s.lr) || s.lr <= 0) return "lr is " + format_double(s.lr) + ", must be finite and > 0";
+  if (!float32_positive(s.lr)) return "lr is " + format_double(s.lr) + ", " + kFloat32PositiveRule;
   if (s.batch_size < 1) return "batch_size is " + std::to_string(s.batch_size) + ", must be at least 1";
   if (s.replicas < 1) return "replicas is " + std::to_string(s.replicas) + ", must be at least 1";
   if (s.replicas > s.batch_size) {
@@ -84,6 +84,21 @@ std::string state_problem(const TrainingState& s) {
     return "epoch_loss_sum is " + format_double(s.epoch_so_far.loss_sum) + ", must be finite and >= 0";
   if (!std::isfinite(s.epoch_so_far.seconds) || s.epoch_so_far.seconds < 0)
     return "epoch_seconds is " + format_double(s.epoch_so_far.seconds) + ", must be finite and >= 0";
+  // The steps: `epoch` full epochs of ceil(train_examples / batch_size) minibatches, then some of the
+  // next one (none after the last), whose sums so far are zero when no step of it is done.
+  const uint64_t batches = (s.train_examples - 1) / uint64_t(s.batch_size) + 1;
+  const uint64_t into_epoch = s.step % batches;
+  if (s.step / batches != uint64_t(s.epoch) || (s.epoch == s.epochs && into_epoch != 0)) {
+    return "step is " + std::to_string(s.step) + ", which does not fit epoch " + std::to_string(s.epoch) + " of " +
+           std::to_string(s.epochs) + " at " + std::to_string(batches) + " minibatches per epoch (train_examples " +
+           std::to_string(s.train_examples) + ", batch_size " + std::to_string(s.batch_size) + ")";
+  }
+  const EpochSoFar& so_far = s.epoch_so_far;
+  if (into_epoch == 0 ? so_far.loss_sum != 0 || so_far.correct != 0 || so_far.seconds != 0
+                      : so_far.correct > into_epoch * uint64_t(s.batch_size)) {
+    return "epoch_loss_sum, epoch_correct and epoch_seconds do not fit " + std::to_string(into_epoch) +
+           " steps into an epoch";
+  }
   return "";
 }
 

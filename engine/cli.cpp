@@ -14,7 +14,7 @@
 #include "engine/cuda_graph_backend.hpp"
 #include "engine/cuda_naive_backend.hpp"
 #include "engine/cuda_probe.hpp"
-#include "engine/empty_values.hpp"
+#include "engine/cli_checks.hpp"
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
 #include "graphs/cuda_check.hpp"
@@ -35,7 +35,7 @@ std::string version_text() {
 void validate(const CliOptions& o) {
   const TrainOptions& t = o.train;
   if (t.batch_size < 1) throw UsageError("--batch-size " + std::to_string(t.batch_size) + ": must be at least 1");
-  if (!std::isfinite(t.lr) || t.lr <= 0) throw UsageError("--lr " + format_double(t.lr) + ": must be a finite number > 0");
+  if (!float32_positive(t.lr)) throw UsageError("--lr " + format_double(t.lr) + ": " + kFloat32PositiveRule);
   if (t.epochs < 0 || (t.epochs == 0 && o.load_path.empty()))
     throw UsageError("--epochs " + std::to_string(t.epochs) + ": must be at least 1 (0 only with --load, to evaluate)");
   if (!o.load_path.empty() && !o.resume_path.empty()) throw UsageError("--load and --resume: give one of them");
@@ -105,11 +105,15 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   int num_gpus = 0, replicas = 0;
   long long train_limit = 0, test_limit = 0;
   std::string seed = std::to_string(o.train.seed);
-  app.add_option("--num-gpus", num_gpus, "Use GPUs 0..N-1 (default: all visible). On the CPU backend: the default --replicas");
-  app.add_option("--replicas", replicas, "Data-parallel replicas (default: the number of GPUs used; on the CPU, --num-gpus or 1)");
-  app.add_option("--batch-size", o.train.batch_size, "Global minibatch size, split over the replicas")->capture_default_str();
+  app.add_option("--num-gpus", num_gpus, "Use GPUs 0..N-1 (default: all visible). On the CPU backend: the default --replicas")
+      ->check(Decimal);
+  app.add_option("--replicas", replicas, "Data-parallel replicas (default: the number of GPUs used; on the CPU, --num-gpus or 1)")
+      ->check(Decimal);
+  app.add_option("--batch-size", o.train.batch_size, "Global minibatch size, split over the replicas")
+      ->check(Decimal)
+      ->capture_default_str();
   app.add_option("--lr", o.train.lr, "SGD learning rate")->capture_default_str();
-  app.add_option("--epochs", o.train.epochs, "Passes over the training set")->capture_default_str();
+  app.add_option("--epochs", o.train.epochs, "Passes over the training set")->check(Decimal)->capture_default_str();
   app.add_option("--backend", o.backend, "auto: CUDA when a device answers, else the CPU")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str();
   app.add_option("--mode", o.mode, "CUDA mode: naive (the textbook algorithm) or graph (CUDA graphs, ring allreduce)")
@@ -120,8 +124,8 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   app.add_option("--data-dir", o.data_dir, std::string("Fashion-MNIST folder (default: $LENET_DATA_DIR, else ") +
                                                io::kDefaultDataDir + ")")
       ->type_name("DIR");
-  app.add_option("--train-limit", train_limit, "Use only the first N training examples");
-  app.add_option("--test-limit", test_limit, "Use only the first N test examples");
+  app.add_option("--train-limit", train_limit, "Use only the first N training examples")->check(Decimal);
+  app.add_option("--test-limit", test_limit, "Use only the first N test examples")->check(Decimal);
   app.add_option("--metrics", o.train.metrics_path, "Write one JSON object per epoch to FILE (JSON Lines)")->type_name("FILE");
   app.add_flag("--quiet", o.train.quiet, "No progress display");
   app.add_option("--save", o.save_path, "Write the parameters and training state to FILE (safetensors) after every epoch")
@@ -314,20 +318,9 @@ int run_cli(int argc, const char* const* argv) {
     if (g_stop_signal != 0) return stopped("while loading the data");
     const uint64_t batches = io::EpochSampler(data.train.size(), size_t(o.train.batch_size), 0, false).num_batches();
     if (!o.resume_path.empty()) {
-      const TrainingState& st = *checkpoint->state;  // data.train holds its train_examples examples
-      if (st.step / batches != uint64_t(st.epoch)) {
-        throw UsageError("--resume " + o.resume_path + ": " + std::to_string(st.step) + " steps and " +
-                         std::to_string(st.epoch) + " epochs done do not fit " + std::to_string(batches) +
-                         " minibatches per epoch of its " + std::to_string(st.train_examples) + " examples at batch " +
-                         std::to_string(st.batch_size));
-      }
-      const uint64_t into_epoch = st.step % batches;  // full minibatches done in the interrupted epoch
-      const EpochSoFar& so_far = st.epoch_so_far;
-      if (into_epoch == 0 ? so_far.loss_sum != 0 || so_far.correct != 0 || so_far.seconds != 0
-                          : so_far.correct > into_epoch * uint64_t(st.batch_size)) {
-        throw CheckpointError(o.resume_path + ": __metadata__ epoch_loss_sum, epoch_correct and epoch_seconds do not fit " +
-                              std::to_string(into_epoch) + " steps into an epoch");
-      }
+      // The checkpoint's step, epoch and partial-epoch fields fit its own training-set size and batch
+      // size (load_checkpoint checked), which this run has too.
+      const TrainingState& st = *checkpoint->state;
       if (st.step >= batches * uint64_t(o.train.epochs)) {
         throw UsageError("--resume " + o.resume_path + ": the run already did " + std::to_string(st.step) + " steps, all of " +
                          (o.epochs_given ? "" : "its ") + "--epochs " + std::to_string(o.train.epochs) +

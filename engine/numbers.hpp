@@ -3,6 +3,7 @@
 #pragma once
 #include <charconv>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 namespace lenet::engine {
@@ -18,5 +19,13 @@ inline bool parse_u64(const std::string& s, uint64_t& v) {
   const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
   return r.ec == std::errc() && r.ptr == s.data() + s.size();
 }
+
+// A learning rate the float32 arithmetic keeps: > 0 after rounding to float32 and finite (a smaller one
+// would train nothing, a larger one overflow; NaN fails both comparisons).
+inline bool float32_positive(double v) {
+  return v >= static_cast<double>(std::numeric_limits<float>::denorm_min()) &&
+         v <= static_cast<double>(std::numeric_limits<float>::max());
+}
+inline constexpr const char* kFloat32PositiveRule = "must be a number > 0 that float32 holds (1.4e-45 to 3.4e38)";
 
 }  // namespace lenet::engine

@@ -21,7 +21,7 @@
 #include "engine/cuda_naive_backend.hpp"
 #include "engine/cuda_probe.hpp"
 #include "engine/cuda_ring.hpp"
-#include "engine/empty_values.hpp"
+#include "engine/cli_checks.hpp"
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
 #include "io/dataset.hpp"
@@ -306,24 +306,28 @@ int main(int argc, char** argv) {
   app.add_option("--modes", o.modes, "Any of naive, graph, cpu")
       ->delimiter(',')->check(CLI::IsMember({"naive", "graph", "cpu"}))->capture_default_str();
   app.add_option("--replicas", o.replicas, "Replica counts, e.g. 1,2,4")
-      ->delimiter(',')->check(CLI::Range(1, 64))->capture_default_str();
-  app.add_option("--batch-size", o.batch_size, "Global minibatch size")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  app.add_option("--lr", o.lr, "SGD learning rate (finite, > 0)")->capture_default_str();
+      ->delimiter(',')->check(engine::Decimal)->check(CLI::Range(1, 64))->capture_default_str();
+  app.add_option("--batch-size", o.batch_size, "Global minibatch size")
+      ->check(engine::Decimal)->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--lr", o.lr, "SGD learning rate (> 0, a float32)")->capture_default_str();
   app.add_option("--epochs", o.timed_epochs,
                  "Timed epochs per configuration, after one warm-up epoch (a row's \"epochs\" counts every epoch trained)")
-      ->check(CLI::Range(1, 1000))->capture_default_str();
+      ->check(engine::Decimal)->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("--seed", o.seed_text, "Seed of the parameters and the shuffles (0..2^64-1)")
       ->capture_default_str()->type_name("INT");
-  app.add_option("--num-gpus", o.num_gpus, "GPUs 0..N-1 to place replicas on (default: all visible)")->check(CLI::Range(1, 64));
+  app.add_option("--num-gpus", o.num_gpus, "GPUs 0..N-1 to place replicas on (default: all visible)")
+      ->check(engine::Decimal)->check(CLI::Range(1, 64));
   app.add_option("--data-dir", o.data_dir, std::string("Fashion-MNIST folder (default: $LENET_DATA_DIR, else ") +
                                                io::kDefaultDataDir + ")")->type_name("DIR");
-  app.add_option("--train-limit", o.train_limit, "First N training examples")->check(CLI::Range(1LL, 60000LL));
-  app.add_option("--test-limit", o.test_limit, "First N test examples")->check(CLI::Range(1LL, 10000LL));
+  app.add_option("--train-limit", o.train_limit, "First N training examples")
+      ->check(engine::Decimal)->check(CLI::Range(1LL, 60000LL));
+  app.add_option("--test-limit", o.test_limit, "First N test examples")
+      ->check(engine::Decimal)->check(CLI::Range(1LL, 10000LL));
   app.add_option("--json", o.json_path, "Write the results as JSON to FILE, and each traced configuration's per-step "
                                         "timeline beside it (timeline-MODE-rR.json)")->type_name("FILE");
   app.add_option("--markdown", o.markdown_path, "Write the tables as Markdown to FILE")->type_name("FILE");
   app.add_option("--allreduce-replicas", o.allreduce_replicas, "Replica counts of the allreduce sweep")
-      ->delimiter(',')->check(CLI::Range(2, 64))->capture_default_str();
+      ->delimiter(',')->check(engine::Decimal)->check(CLI::Range(2, 64))->capture_default_str();
   app.add_flag("--no-allreduce", o.no_allreduce, "Skip the allreduce sweep");
   app.add_flag("--no-projection", o.no_projection, "Skip the multi-GPU projection");
   app.add_flag("--no-trace", o.no_trace, "No CUPTI epoch (kernel, idle, launch and allreduce columns stay empty)");
@@ -354,8 +358,8 @@ int main(int argc, char** argv) {
     std::cerr << "lenet-bench: --seed " << o.seed_text << ": must be an integer from 0 to 2^64-1" << std::endl;
     return 2;
   }
-  if (!std::isfinite(o.lr) || o.lr <= 0) {
-    std::cerr << "lenet-bench: --lr " << engine::format_double(o.lr) << ": must be a finite number > 0" << std::endl;
+  if (!engine::float32_positive(o.lr)) {
+    std::cerr << "lenet-bench: --lr " << engine::format_double(o.lr) << ": " << engine::kFloat32PositiveRule << std::endl;
     return 2;
   }
   for (int r : o.replicas)

@@ -159,7 +159,9 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_NE(text.find("bad-peer.json: not a peer row"), std::string::npos) << text;
   EXPECT_EQ(text.find("cpu R=1"), std::string::npos) << "benchmarked before failing: " << text;
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --lr 0"), 2);
-  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --lr 0: must be a finite number > 0\n");
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --lr 0: must be a number > 0 that float32 holds (1.4e-45 to 3.4e38)\n");
+  EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --replicas 1,010"), 2);
+  EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("--replicas: 010 is not a decimal integer"), std::string::npos);
 
   BenchRow peer;
   peer.name = "pytorch-textbook R=1";

@@ -70,18 +70,30 @@ std::vector<float> sample_parameters() {
   return p;
 }
 
+// 2^51 minibatches of 256 per epoch (train_examples 2^59), so that the step count, in epoch 4 and one
+// step into epoch 5, needs all 64 bits of its field.
+constexpr uint64_t kSampleBatches = uint64_t{1} << 51;
+
 TrainingState sample_state() {
   TrainingState s;
-  s.epoch = 3;
+  s.epoch = 4;
   s.epochs = 10;
   s.seed = 0xfedcba9876543210ull;      // above 2^63: must not pass through a signed or double field
   s.step = (uint64_t{1} << 53) + 1;    // not representable as a double
   s.lr = 0.1 + 0.2;                    // 0.30000000000000004: needs 17 significant digits
   s.batch_size = 256;
   s.replicas = 3;
-  s.train_examples = 59999;
+  s.train_examples = kSampleBatches * 256;
   s.test_examples = 9999;
-  s.epoch_so_far = {1000.0 / 3.0, 59998, 0.1 + 0.7};  // the doubles' shortest round trips need 17 digits
+  s.epoch_so_far = {1000.0 / 3.0, 255, 0.1 + 0.7};  // the doubles' shortest round trips need 17 digits
+  return s;
+}
+
+// The sample one step into epoch `epoch` + 1.
+TrainingState sample_state_after_epoch(int epoch) {
+  TrainingState s = sample_state();
+  s.epoch = epoch;
+  s.step = uint64_t(epoch) * kSampleBatches + 1;
   return s;
 }
 
@@ -208,7 +220,9 @@ TEST_F(CheckpointFiles, RoundTripKeepsEveryBitOfParametersAndState) {
 }
 
 TEST_F(CheckpointFiles, LrRoundTripsExactlyForAwkwardValues) {
-  for (const double lr : {0.2, 1.0 / 3.0, 1e-300, 5e-324, DBL_MAX, 123456789.123456789, 0.1 + 0.7}) {
+  // Down to float32's smallest and up to its largest, which a learning rate must stay within.
+  for (const double lr : {0.2, 1.0 / 3.0, 1e-40, double(std::numeric_limits<float>::denorm_min()),
+                          double(std::numeric_limits<float>::max()), 123456789.123456789, 0.1 + 0.7}) {
     TrainingState s = sample_state();
     s.lr = lr;
     lenet::engine::save_checkpoint(path_, sample_parameters(), s);
@@ -232,17 +246,17 @@ TEST_F(CheckpointFiles, IndependentReaderFindsSafetensorsLayout) {
   const nlohmann::json& meta = header.at("__metadata__");
   for (const auto& [key, value] : meta.items()) EXPECT_TRUE(value.is_string()) << key << " = " << value;
   EXPECT_EQ(meta.at("format"), "lenet-dp checkpoint 2");
-  EXPECT_EQ(meta.at("epoch"), "3");
+  EXPECT_EQ(meta.at("epoch"), "4");
   EXPECT_EQ(meta.at("epochs"), "10");
   EXPECT_EQ(meta.at("seed"), "18364758544493064720");
   EXPECT_EQ(meta.at("step"), "9007199254740993");
   EXPECT_EQ(std::stod(meta.at("lr").get<std::string>()), 0.1 + 0.2);
   EXPECT_EQ(meta.at("batch_size"), "256");
   EXPECT_EQ(meta.at("replicas"), "3");
-  EXPECT_EQ(meta.at("train_examples"), "59999");
+  EXPECT_EQ(meta.at("train_examples"), "576460752303423488");
   EXPECT_EQ(meta.at("test_examples"), "9999");
   EXPECT_EQ(std::stod(meta.at("epoch_loss_sum").get<std::string>()), 1000.0 / 3.0);
-  EXPECT_EQ(meta.at("epoch_correct"), "59998");
+  EXPECT_EQ(meta.at("epoch_correct"), "255");
   EXPECT_EQ(std::stod(meta.at("epoch_seconds").get<std::string>()), 0.1 + 0.7);
 
   // PyTorch's names and shapes, fully connected weights [out, in], in flat-buffer order, contiguous.
@@ -314,9 +328,7 @@ TEST_F(CheckpointFiles, OverwritingAnExistingCheckpointReplacesIt) {
   TrainingState first = sample_state();
   lenet::engine::save_checkpoint(path_, sample_parameters(), first);
   std::vector<float> later = lenet::model::init_parameters<float>(7);
-  TrainingState second = sample_state();
-  second.epoch = 4;
-  second.step = 1000;
+  TrainingState second = sample_state_after_epoch(7);
   lenet::engine::save_checkpoint(path_, later, second);
   const Checkpoint c = lenet::engine::load_checkpoint(path_);
   expect_same_bits(c.parameters, later);
@@ -330,8 +342,7 @@ TEST_F(CheckpointFiles, SavingThroughASymbolicLinkWritesTheFileItNames) {
   const std::filesystem::path link = dir_ / "link.safetensors";
   std::filesystem::create_symlink("real/target.safetensors", link);
   for (int epoch : {1, 2}) {  // first the file is created, then replaced
-    TrainingState s = sample_state();
-    s.epoch = epoch;
+    const TrainingState s = sample_state_after_epoch(epoch);
     lenet::engine::save_checkpoint(link.string(), sample_parameters(), s);
     EXPECT_TRUE(std::filesystem::is_symlink(link));
     const Checkpoint c = lenet::engine::load_checkpoint((dir_ / "real" / "target.safetensors").string());
@@ -370,8 +381,7 @@ TEST_F(CheckpointFiles, FailedWriteLeavesPreviousCheckpointIntactAndNoTemporaryF
       if (n > 0) written += static_cast<size_t>(n);
       return n;
     };
-    TrainingState other = sample_state();
-    other.epoch = 9;
+    const TrainingState other = sample_state_after_epoch(9);
     try {
       lenet::engine::save_checkpoint(path_, lenet::model::init_parameters<float>(99), other, full_disk);
       ADD_FAILURE() << "expected CheckpointError";
@@ -466,6 +476,8 @@ TEST_F(CheckpointFiles, SaveRejectsWrongParameterCountAndUnresumableStateWriting
       {"epoch", [](TrainingState& s) { s.epoch = -1; }},
       {"lr", [](TrainingState& s) { s.lr = std::nan(""); }},
       {"lr", [](TrainingState& s) { s.lr = -0.1; }},
+      {"lr", [](TrainingState& s) { s.lr = 1e-300; }},  // 0 as float32: would train nothing
+      {"lr", [](TrainingState& s) { s.lr = DBL_MAX; }},  // infinite as float32
       {"batch_size", [](TrainingState& s) { s.batch_size = 0; }},
       {"replicas", [](TrainingState& s) { s.replicas = 0; }},
       {"replicas", [](TrainingState& s) { s.replicas = s.batch_size + 1; }},
@@ -474,6 +486,12 @@ TEST_F(CheckpointFiles, SaveRejectsWrongParameterCountAndUnresumableStateWriting
       {"epoch_loss_sum", [](TrainingState& s) { s.epoch_so_far.loss_sum = -1; }},
       {"epoch_seconds", [](TrainingState& s) { s.epoch_so_far.seconds = HUGE_VAL; }},
       {"epoch_correct", [](TrainingState& s) { s.epoch_so_far.correct = s.train_examples + 1; }},
+      // The step count against the epochs and the training set's minibatches.
+      {"step", [](TrainingState& s) { s.step = uint64_t(s.epoch) * kSampleBatches - 1; }},
+      {"step", [](TrainingState& s) { s.step = uint64_t(s.epoch + 1) * kSampleBatches; }},
+      {"step", [](TrainingState& s) { s.epoch = s.epochs, s.step = uint64_t(s.epochs) * kSampleBatches + 1; }},
+      {"do not fit 1 steps", [](TrainingState& s) { s.epoch_so_far.correct = 257; }},
+      {"do not fit 0 steps", [](TrainingState& s) { s.step = uint64_t(s.epoch) * kSampleBatches; }},
   };
   for (const auto& [field, spoil] : bad) {
     TrainingState s = sample_state();

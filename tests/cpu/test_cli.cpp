@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <limits>
 #include <regex>
@@ -43,6 +44,14 @@ TEST_F(Cli, UsageErrorsExit2WithOneLine) {
   expect_usage_error("--mode fast", "--mode");
   expect_usage_error("--seed -1", "--seed");
   expect_usage_error("--seed 18446744073709551616", "--seed");  // 2^64
+  // Integers are decimal: not CLI11's octal ("010" would be 8) or hex, and not clamped to a range.
+  expect_usage_error("--epochs 010", "--epochs: 010 is not a decimal integer");
+  expect_usage_error("--batch-size 0x10", "--batch-size: 0x10 is not a decimal integer");
+  expect_usage_error("--replicas 1e3", "--replicas: 1e3 is not a decimal integer");
+  expect_usage_error("--train-limit 18446744073709551615", "--train-limit: 18446744073709551615 is out of range");
+  // A learning rate that float32 rounds to 0 or to infinity.
+  expect_usage_error("--lr 1e-50", "--lr 1e-50: must be a number > 0 that float32 holds");
+  expect_usage_error("--lr 1e39", "--lr 1e+39: must be a number > 0 that float32 holds");
 }
 
 TEST_F(Cli, BackendCudaWithoutDeviceIsAUsageError) {
@@ -191,13 +200,13 @@ TEST_F(Cli, SaveResumeEqualsUninterruptedAndLoadEvaluates) {
   EXPECT_EQ(r.status, 0) << r.err;
 }
 
-// A safetensors file of the same tensors without our metadata, as PyTorch's save_file writes it.
-void write_without_metadata(const std::string& from, const std::string& to) {
+// A copy of checkpoint `from` at `to` whose JSON header `edit` changed (the data bytes as they were).
+void rewrite_header(const std::string& from, const std::string& to, const std::function<void(nlohmann::json&)>& edit) {
   const std::string bytes = lenet::testing::slurp(from);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[size_t(i)]);
   nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
-  ASSERT_EQ(header.erase("__metadata__"), 1u);
+  edit(header);
   const std::string text = header.dump();
   std::string out(8, '\0');
   for (int i = 0; i < 8; ++i) out[size_t(i)] = static_cast<char>((uint64_t(text.size()) >> (8 * i)) & 0xff);
@@ -208,7 +217,8 @@ TEST_F(Cli, ParametersOnlySafetensorsLoadsButCannotResume) {
   const std::string ours = (dir_ / "ours.safetensors").string(), torch = (dir_ / "torch.safetensors").string();
   const std::string common = "--backend cpu --quiet --batch-size 64 --train-limit 256 --test-limit 200 ";
   ASSERT_EQ(run(common + "--epochs 1 --save '" + ours + "'").status, 0);
-  write_without_metadata(ours, torch);
+  // The same tensors without our metadata, as PyTorch's save_file writes them.
+  rewrite_header(ours, torch, [](nlohmann::json& h) { ASSERT_EQ(h.erase("__metadata__"), 1u); });
   const Result a = run(common + "--epochs 0 --load '" + ours + "'");
   const Result b = run(common + "--epochs 0 --load '" + torch + "'");
   ASSERT_EQ(b.status, 0) << b.err;
@@ -266,7 +276,7 @@ TEST_F(Cli, NonFiniteParametersToStartFromAreRefusedNamingTheTensor) {
   const lenet::model::TensorSpec& fc1 = lenet::model::tensor_specs()[4];
   p[fc1.offset + 7] = std::numeric_limits<float>::quiet_NaN();
   const std::string bad = (dir_ / "nan.safetensors").string();
-  lenet::engine::save_checkpoint(bad, p, {1, 2, 1, 1, 0.2, 256, 1, 60000, {}});
+  lenet::engine::save_checkpoint(bad, p, {1, 2, 1, 235, 0.2, 256, 1, 60000, {}});  // 235 minibatches of 256
   for (const std::string flag : {"--epochs 0 --load", "--epochs 2 --resume"}) {
     const Result r = run("--backend cpu " + flag + " '" + bad + "'");
     EXPECT_EQ(r.status, 1) << flag;
@@ -276,15 +286,19 @@ TEST_F(Cli, NonFiniteParametersToStartFromAreRefusedNamingTheTensor) {
 }
 
 TEST_F(Cli, EpochSoFarThatDoesNotFitTheStepIsRefused) {
-  const std::string f = (dir_ / "so-far.safetensors").string();
-  const std::vector<float> p = lenet::model::init_parameters<float>(1);
+  const std::string good = (dir_ / "good.safetensors").string(), bad = (dir_ / "so-far.safetensors").string();
   // 64 examples, batch 16: 4 steps an epoch. At an epoch's end nothing can be carried over; one step in,
-  // at most 16 rows can have been right.
-  for (const auto& [step, so_far] : {std::pair<uint64_t, lenet::engine::EpochSoFar>{4, {2.0, 3, 0.5}}, {5, {2.0, 17, 0.5}}}) {
-    lenet::engine::save_checkpoint(f, p, {int(step / 4), 3, 1, step, 0.2, 16, 1, 64, so_far});
-    const Result r = run("--backend cpu --quiet --train-limit 64 --test-limit 64 --resume '" + f + "'");
+  // at most 16 rows can have been right. The saver refuses such a state, so the file is edited.
+  lenet::engine::save_checkpoint(good, lenet::model::init_parameters<float>(1), {1, 3, 1, 5, 0.2, 16, 1, 64, {2.0, 16, 0.5}});
+  for (const auto& [step, correct] : {std::pair<std::string, std::string>{"4", "3"}, {"5", "17"}}) {
+    rewrite_header(good, bad, [&](nlohmann::json& h) {
+      h["__metadata__"]["step"] = step;
+      h["__metadata__"]["epoch_correct"] = correct;
+    });
+    const Result r = run("--backend cpu --quiet --train-limit 64 --test-limit 64 --resume '" + bad + "'");
     EXPECT_EQ(r.status, 1) << step;
-    EXPECT_NE(r.err.find("do not fit " + std::to_string(step % 4) + " steps into an epoch"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("do not fit " + std::to_string(std::stoi(step) % 4) + " steps into an epoch"), std::string::npos)
+        << r.err;
   }
 }
 
