@@ -484,8 +484,15 @@ Checkpoint load_checkpoint_bytes(const uint8_t* data, size_t size, const std::st
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Opened without blocking: a FIFO that nobody writes to would wait for a writer, and now reads as
+  // empty instead (one that is written to, as `--load <(...)` makes, reads as before).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw CheckpointError(path + ": cannot open checkpoint (" + os_error(errno) + ")");
+  if (const int flags = ::fcntl(fd, F_GETFL); flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+    const int err = errno;
+    ::close(fd);
+    throw CheckpointError(path + ": cannot read checkpoint (" + os_error(err) + ")");
+  }
   // One byte past the largest valid checkpoint is enough to reject any larger file without reading it.
   const size_t limit = kLengthBytes + kMaxCheckpointHeaderBytes + kDataBytes + 1;
   std::vector<uint8_t> bytes(limit);

@@ -3,7 +3,9 @@
 // file becomes a CheckpointError naming the file and the problem, and a failed save leaves the previous
 // checkpoint byte for byte as it was.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -362,6 +364,45 @@ TEST_F(CheckpointFiles, SavingOverSomethingNotARegularFileIsRefused) {
   }
   EXPECT_EQ(std::filesystem::status(fifo).type(), std::filesystem::file_type::fifo);
   EXPECT_EQ(folder_entries(), std::vector<std::string>{"pipe"});
+}
+
+// Loading from a FIFO that nobody writes to is a clear error, not a wait for a writer that never comes;
+// one that is written to (as `--load <(...)` makes) loads. Each load runs in a child process that an
+// alarm ends after 10 s, so that a wait fails the test instead of hanging it.
+TEST_F(CheckpointFiles, LoadingFromAFifoNeverWaitsForAWriter) {
+  const std::string fifo = (dir_ / "pipe").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
+  const Bytes file = lenet::testing::read_bytes(path_);
+  // The child's exit status: 0 loaded, 1 a CheckpointError naming the FIFO, 2 anything else. A writer
+  // opens first (read and write: that does not wait for a reader), so the loader's reads find it.
+  auto load_in_child = [&](bool write_to_it) {
+    const int writer = write_to_it ? ::open(fifo.c_str(), O_RDWR) : -1;
+    EXPECT_EQ(writer >= 0, write_to_it) << std::strerror(errno);
+    const pid_t loader = ::fork();
+    if (loader == 0) {
+      if (writer >= 0) ::close(writer);  // else the loader itself would keep a writer and never see the end
+      ::alarm(10);
+      try {
+        const Checkpoint c = lenet::engine::load_checkpoint(fifo);
+        ::_exit(c.state.has_value() ? 0 : 2);
+      } catch (const CheckpointError& e) {
+        ::_exit(std::string(e.what()).rfind(fifo + ": ", 0) == 0 ? 1 : 2);
+      } catch (...) {
+        ::_exit(2);
+      }
+    }
+    if (writer >= 0) {
+      EXPECT_EQ(::write(writer, file.data(), file.size()), ssize_t(file.size()));  // while the loader reads
+      ::close(writer);
+    }
+    int status = 0;
+    EXPECT_EQ(::waitpid(loader, &status, 0), loader);
+    EXPECT_TRUE(WIFEXITED(status)) << "the loader was killed (signal " << WTERMSIG(status) << "): it waited for a writer";
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_EQ(load_in_child(false), 1);
+  EXPECT_EQ(load_in_child(true), 0);
 }
 
 TEST_F(CheckpointFiles, FailedWriteLeavesPreviousCheckpointIntactAndNoTemporaryFile) {
