@@ -6,6 +6,7 @@
 #include <csignal>
 #include <iostream>
 #include <memory>
+#include <new>
 
 #include <CLI/CLI.hpp>
 
@@ -382,6 +383,10 @@ int run_cli(int argc, const char* const* argv) {
   } catch (const UsageError& e) {
     std::cerr << kProgram << ": " << e.what() << std::endl;
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << kProgram << ": error: out of host memory; try a smaller --batch-size, fewer --replicas or a --train-limit"
+              << std::endl;
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << kProgram << ": error: " << e.what() << std::endl;
     return 1;

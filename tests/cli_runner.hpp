@@ -37,8 +37,9 @@ class Cli : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  Result run(const std::string& args) {
-    const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_TRAIN_EXE "' " + args + " >'" +
+  // `prefix`: shell commands before the run (a ulimit).
+  Result run(const std::string& args, const std::string& prefix = "") {
+    const std::string cmd = prefix + "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_TRAIN_EXE "' " + args + " >'" +
                             (dir_ / "out").string() + "' 2>'" + (dir_ / "err").string() + "' </dev/null";
     const int raw = std::system(cmd.c_str());
     Result r;

@@ -302,6 +302,18 @@ TEST_F(Cli, EpochSoFarThatDoesNotFitTheStepIsRefused) {
   }
 }
 
+// Running out of host memory is one line that says what to make smaller. 60000 replicas of the whole
+// training set would need tens of GB; the address space is capped at 1.5 GB (AddressSanitizer reserves
+// far more address space than that, so its build skips this test).
+TEST_F(Cli, OutOfHostMemoryIsOneLineNamingWhatToShrink) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer cannot run under a 1.5 GB address-space limit";
+#endif
+  const Result r = run("--backend cpu --quiet --batch-size 60000 --replicas 60000 --test-limit 64 --epochs 1", "ulimit -v 1500000; ");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(r.err, "lenet-train: error: out of host memory; try a smaller --batch-size, fewer --replicas or a --train-limit\n");
+}
+
 TEST_F(Cli, DivergingRunExits1NamingTheEpoch) {
   const Result r = run("--backend cpu --quiet --lr 1e6 --epochs 2 --train-limit 500 --test-limit 100");
   EXPECT_EQ(r.status, 1);
