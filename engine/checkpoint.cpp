@@ -403,7 +403,7 @@ void save_checkpoint(const std::string& path, const std::vector<float>& paramete
   // Same folder, so the rename is atomic (same file system). The counter keeps two saves of one process
   // apart; the pid, two processes.
   static std::atomic<unsigned> counter{0};
-  const std::string tmp_path = target + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  const std::string tmp_path = temporary_name(target, ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++));
   const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) fail("cannot create temporary file " + tmp_path + " (" + os_error(errno) + ")");
   TemporaryFile tmp(tmp_path, fd);

@@ -21,13 +21,31 @@ inline std::string follow_links(const std::string& path) {
   return p.string();
 }
 
-// Why `path` cannot be written as a file: it names a folder, or its folder (the folder of the file a
-// symbolic link names) is not writable; empty when neither. (A file that exists is replaced.)
+// The longest file name `folder` takes (255, the usual limit, where it cannot tell).
+inline size_t longest_name(const std::filesystem::path& folder) {
+  const long n = ::pathconf(folder.empty() ? "." : folder.c_str(), _PC_NAME_MAX);
+  return n > 0 ? static_cast<size_t>(n) : 255;
+}
+
+// Where a file replaced by a rename (a checkpoint) at `target` is first written: in its folder, under
+// `target`'s name cut short enough to leave room for `suffix` within the folder's longest name.
+inline std::string temporary_name(const std::string& target, const std::string& suffix) {
+  const std::filesystem::path t = target;
+  const std::string name = t.filename().string();
+  const size_t room = longest_name(t.parent_path());
+  return (t.parent_path() / (name.substr(0, room > suffix.size() ? room - suffix.size() : 1) + suffix)).string();
+}
+
+// Why `path` cannot be written as a file: it names a folder, its folder (the folder of the file a
+// symbolic link names) is not writable, or its name is longer than that folder takes; empty when none.
+// (A file that exists is replaced.)
 inline std::string output_file_problem(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return path + ": is a folder, not a file name";
-  const std::filesystem::path folder = std::filesystem::absolute(follow_links(path), ec).parent_path();
+  const std::filesystem::path file = std::filesystem::absolute(follow_links(path), ec), folder = file.parent_path();
   if (ec || ::access(folder.c_str(), W_OK) != 0) return path + ": cannot write into the folder " + folder.string();
+  if (const size_t most = longest_name(folder); file.filename().string().size() > most)
+    return path + ": a file name longer than the " + std::to_string(most) + " bytes its folder takes";
   return "";
 }
 

@@ -27,6 +27,7 @@
 
 #include "byte_files.hpp"
 #include "engine/checkpoint.hpp"
+#include "engine/output_file.hpp"
 #include "model/lenet.hpp"
 
 namespace fs = std::filesystem;
@@ -336,6 +337,19 @@ TEST_F(CheckpointFiles, OverwritingAnExistingCheckpointReplacesIt) {
   expect_same_bits(c.parameters, later);
   expect_same_state(c.state, second);
   EXPECT_EQ(folder_entries(), std::vector<std::string>{"model.safetensors"}) << "no temporary file left";
+}
+
+// A name as long as the folder takes leaves no room for the temporary file's suffix: the temporary
+// name is cut to fit, and saving (twice: created, then replaced) works as for any other name.
+TEST_F(CheckpointFiles, ANameAsLongAsTheFolderTakesSaves) {
+  const std::string name(lenet::engine::longest_name(dir_), 'c');
+  const std::string path = (dir_ / name).string();
+  for (int epoch : {1, 2}) {
+    const TrainingState s = sample_state_after_epoch(epoch);
+    lenet::engine::save_checkpoint(path, sample_parameters(), s);
+    expect_same_state(lenet::engine::load_checkpoint(path).state, s);
+    EXPECT_EQ(folder_entries(), std::vector<std::string>{name}) << "no temporary file left";
+  }
 }
 
 // A symbolic link stays a link: the checkpoint goes to the file it names, existing or not yet.

@@ -17,6 +17,7 @@
 #include "cli_runner.hpp"
 #include "engine/checkpoint.hpp"
 #include "engine/cuda_probe.hpp"
+#include "engine/output_file.hpp"
 #include "model/lenet.hpp"
 
 namespace {
@@ -312,6 +313,18 @@ TEST_F(Cli, OutOfHostMemoryIsOneLineNamingWhatToShrink) {
   const Result r = run("--backend cpu --quiet --batch-size 60000 --replicas 60000 --test-limit 64 --epochs 1", "ulimit -v 1500000; ");
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_EQ(r.err, "lenet-train: error: out of host memory; try a smaller --batch-size, fewer --replicas or a --train-limit\n");
+}
+
+// A file name longer than its folder takes is refused before training, for --save and --metrics.
+TEST_F(Cli, OverlongOutputNameIsRefusedBeforeTraining) {
+  const size_t most = lenet::engine::longest_name(dir_);
+  const std::string name = (dir_ / std::string(most + 1, 'n')).string();
+  for (const std::string flag : {"--save", "--metrics"}) {
+    const Result r = run("--backend cpu --quiet --epochs 1 --train-limit 64 --test-limit 64 " + flag + " '" + name + "'");
+    EXPECT_EQ(r.status, 1) << flag;
+    EXPECT_EQ(r.err, "lenet-train: error: " + name + ": a file name longer than the " + std::to_string(most) +
+                         " bytes its folder takes (" + flag + ")\n");
+  }
 }
 
 TEST_F(Cli, DivergingRunExits1NamingTheEpoch) {
