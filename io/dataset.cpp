@@ -1,15 +1,22 @@
 #include "io/dataset.hpp"
 
-#include <cstdlib>
 #include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 
 namespace lenet::io {
 namespace {
 
 // 1: a regular file (through links); 0: nothing there; -1: something else (a folder, a device, ...).
+// What keeps stat from looking (no permission, a loop of links) is an error naming it.
 int file_kind(const std::string& path) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return 0;
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return 0;
+    throw DataError(path + ": " + std::strerror(errno));
+  }
   return S_ISREG(st.st_mode) ? 1 : -1;
 }
 
@@ -52,6 +59,10 @@ std::string resolve_data_dir(const std::string& flag_value) {
 }
 
 std::string find_data_file(const std::string& dir, const std::string& name) {
+  if (file_kind(dir) == 1) {
+    throw DataError(dir + ": a file, not a folder; point --data-dir / LENET_DATA_DIR at the folder holding the "
+                    "four IDX files");
+  }
   const std::string plain = dir + "/" + name;
   std::string other;  // the first of the two that is there but not a regular file
   for (const std::string& path : {plain, plain + ".gz"}) {

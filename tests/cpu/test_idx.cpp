@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <random>
@@ -250,6 +252,25 @@ TEST_F(IdxFiles, DataFileThatIsNotARegularFileIsNamed) {
   // A regular file beside it is still found.
   const std::string gz = write_raw("train-labels-idx1-ubyte.gz", {});
   EXPECT_EQ(lenet::io::find_data_file(dir_.string(), "train-labels-idx1-ubyte"), gz);
+}
+
+// What the data folder holds but cannot be looked at is named with its reason, not called missing.
+TEST_F(IdxFiles, DataFolderProblemsAreNamed) {
+  const std::string file = write_raw("plain-file", {});
+  std::string msg = data_error_of([&] { lenet::io::find_data_file(file, "train-images-idx3-ubyte"); });
+  EXPECT_EQ(msg, file + ": a file, not a folder; point --data-dir / LENET_DATA_DIR at the folder holding the four IDX files");
+  const std::filesystem::path loop = dir_ / "train-images-idx3-ubyte";
+  std::filesystem::create_symlink(loop.filename(), loop);  // a link to itself
+  msg = data_error_of([&] { lenet::io::find_data_file(dir_.string(), "train-images-idx3-ubyte"); });
+  EXPECT_EQ(msg, loop.string() + ": " + std::strerror(ELOOP));
+  if (::geteuid() != 0) {  // root looks into any folder
+    const std::filesystem::path closed = dir_ / "closed";
+    std::filesystem::create_directory(closed);
+    std::filesystem::permissions(closed, std::filesystem::perms::none);
+    msg = data_error_of([&] { lenet::io::find_data_file(closed.string(), "train-images-idx3-ubyte"); });
+    std::filesystem::permissions(closed, std::filesystem::perms::owner_all);
+    EXPECT_EQ(msg, (closed / "train-images-idx3-ubyte").string() + ": " + std::strerror(EACCES));
+  }
 }
 
 TEST_F(IdxFiles, FindDataFilePrefersRawThenGz) {
