@@ -362,6 +362,10 @@ int main(int argc, char** argv) {
     std::cerr << "lenet-bench: --lr " << engine::format_double(o.lr) << ": " << engine::kFloat32PositiveRule << std::endl;
     return 2;
   }
+  if (!o.json_path.empty() && !o.markdown_path.empty() && engine::same_file(o.json_path, o.markdown_path)) {
+    std::cerr << "lenet-bench: --json and --markdown name the same file " << o.json_path << std::endl;
+    return 2;
+  }
   for (int r : o.replicas)
     if (r > o.batch_size) {
       std::cerr << "lenet-bench: --replicas " << r << " is larger than --batch-size " << o.batch_size << std::endl;

@@ -1,7 +1,9 @@
 #include "profiling/bench_model.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -85,10 +87,23 @@ namespace {
 
 nlohmann::json opt(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
 
+// A number of a row (from a file of the peers): finite and within [lo, hi], a whole number where
+// `whole`. Anything else is an error naming the field, never a value converted out of its type's range.
+double get_number(const nlohmann::json& j, const char* key, double lo, double hi, bool whole) {
+  const nlohmann::json& v = j.at(key);
+  const double d = v.is_number() ? v.get<double>() : std::nan("");
+  if (!(d >= lo && d <= hi) || (whole && d != std::floor(d))) {
+    throw std::runtime_error(std::string("\"") + key + "\" is " + v.dump() + ", not " + (whole ? "an integer" : "a number") +
+                             " from " + engine::format_double(lo) + " to " + engine::format_double(hi));
+  }
+  return d;
+}
+
+// A measurement: null where the row has none, else a number >= 0.
 std::optional<double> get_opt(const nlohmann::json& j, const char* key) {
   if (!j.contains(key)) throw std::runtime_error(std::string("benchmark row without \"") + key + "\"");
   if (j.at(key).is_null()) return std::nullopt;
-  return j.at(key).get<double>();
+  return get_number(j, key, 0, std::numeric_limits<double>::max(), false);
 }
 
 std::string cell(const std::optional<double>& v, int digits) {
@@ -130,12 +145,14 @@ BenchRow row_from_json(const nlohmann::json& j) {
   r.name = j.at("name").get<std::string>();
   r.impl = j.at("impl").get<std::string>();
   r.mode = j.at("mode").get<std::string>();
-  r.replicas = j.at("replicas").get<int>();
+  constexpr double kMostInt = std::numeric_limits<int>::max();
+  r.replicas = static_cast<int>(get_number(j, "replicas", 1, kMostInt, true));
   r.devices = j.at("devices").get<std::vector<std::string>>();
-  r.batch_size = j.at("batch_size").get<int>();
-  r.lr = j.at("lr").get<double>();
-  r.epochs = j.at("epochs").get<int>();
-  r.train_examples = j.value("train_examples", int64_t{0});
+  r.batch_size = static_cast<int>(get_number(j, "batch_size", 1, kMostInt, true));
+  r.lr = get_number(j, "lr", std::numeric_limits<double>::min(), std::numeric_limits<double>::max(), false);
+  r.epochs = static_cast<int>(get_number(j, "epochs", 0, kMostInt, true));
+  // 0: not recorded (a row from before the field).
+  r.train_examples = j.contains("train_examples") ? static_cast<int64_t>(get_number(j, "train_examples", 0, 0x1p53, true)) : 0;
   r.seconds_per_epoch = get_opt(j, "seconds_per_epoch");
   r.examples_per_second = get_opt(j, "examples_per_second");
   r.kernel_ms_per_step = get_opt(j, "kernel_ms_per_step");

@@ -4,6 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -95,6 +98,23 @@ TEST(BenchModel, JsonRoundTripAndMarkdown) {
   nlohmann::json missing = to_json(b);
   missing.erase("test_acc");
   EXPECT_THROW(row_from_json(missing), std::runtime_error);
+  // Numbers out of their field's range are refused by name, not converted (1e10 replicas into an int).
+  for (const auto& [key, value, says] : std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+           {"replicas", 1e10, "\"replicas\" is 10000000000.0, not an integer from 1 to 2147483647"},
+           {"replicas", 1.5, "\"replicas\" is 1.5, not an integer"},
+           {"batch_size", "256", "\"batch_size\" is \"256\", not an integer"},
+           {"train_examples", 1e30, "\"train_examples\" is 1e+30, not an integer from 0 to 9007199254740992"},
+           {"lr", 0, "\"lr\" is 0, not a number"},
+           {"seconds_per_epoch", -1.0, "\"seconds_per_epoch\" is -1.0, not a number from 0"}}) {
+    nlohmann::json bad = to_json(b);
+    bad[key] = value;
+    try {
+      row_from_json(bad);
+      ADD_FAILURE() << key << " = " << value.dump() << " accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
   const std::string md = markdown_table({a, b}, "naive R=1");
   EXPECT_NE(md.find("| naive R=1 | 2.000 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| 0.8300 | 0.250 |"), std::string::npos) << md;  // graph takes 0.25 of naive's time
@@ -160,6 +180,9 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_EQ(text.find("cpu R=1"), std::string::npos) << "benchmarked before failing: " << text;
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --lr 0"), 2);
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --lr 0: must be a number > 0 that float32 holds (1.4e-45 to 3.4e38)\n");
+  EXPECT_EQ(run_bench("--json '" + (dir_ / "b.md").string() + "'"), 2);  // the --markdown file of `base`
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
+            "lenet-bench: --json and --markdown name the same file " + (dir_ / "b.md").string() + "\n");
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --replicas 1,010"), 2);
   EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("--replicas: 010 is not a decimal integer"), std::string::npos);
 
