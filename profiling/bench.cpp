@@ -105,10 +105,15 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
   row.lr = o.lr;
   row.train_examples = int64_t(data.train.size());
   const bool traced = !o.no_trace && mode != "cpu";  // no_trace is set where CUPTI is unavailable
+  int epoch = 0;  // epochs trained
+  // After every epoch: a diverged run's times and accuracy would mean nothing.
   auto evaluate = [&] {
+    const std::vector<float> p = backend->parameters(0);
+    if (!std::all_of(p.begin(), p.end(), [](float v) { return std::isfinite(v); }))
+      throw std::runtime_error(row.name + ": the parameters became non-finite in epoch " + std::to_string(epoch) +
+                               "; try a smaller --lr");
     row.test_acc_per_epoch.push_back(double(backend->count_correct(data.test, o.batch_size)) / double(data.test.size()));
   };
-  int epoch = 0;
   run_epoch(*backend, data, sampler, epoch++, float(o.lr));  // warm-up: first-touch, lazy library set-up
   evaluate();
   double total = 0, host = 0;

@@ -183,6 +183,11 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.md").string() + "'"), 2);  // the --markdown file of `base`
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
             "lenet-bench: --json and --markdown name the same file " + (dir_ / "b.md").string() + "\n");
+  // A diverged run is an error, not a row of meaningless times (one step per epoch: overflow in the second).
+  EXPECT_EQ(run_bench("--lr 1e30"), 1);
+  EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("lenet-bench: error: cpu R=1: the parameters became non-finite in epoch 2"),
+            std::string::npos)
+      << lenet::testing::slurp(dir_ / "err");
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --replicas 1,010"), 2);
   EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("--replicas: 010 is not a decimal integer"), std::string::npos);
 
