@@ -484,8 +484,9 @@ Checkpoint load_checkpoint_bytes(const uint8_t* data, size_t size, const std::st
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
-  // Opened without blocking: a FIFO that nobody writes to would wait for a writer, and now reads as
-  // empty instead (one that is written to, as `--load <(...)` makes, reads as before).
+  // Opened without blocking: a FIFO with no writer would wait for one, maybe for ever; instead it reads
+  // as empty, which is refused by name below. A pipe with its writer there (`--load <(...)`) reads as
+  // any file.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw CheckpointError(path + ": cannot open checkpoint (" + os_error(errno) + ")");
   if (const int flags = ::fcntl(fd, F_GETFL); flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
@@ -508,7 +509,10 @@ Checkpoint load_checkpoint(const std::string& path) {
     if (n == 0) break;
     got += static_cast<size_t>(n);
   }
+  struct stat st {};
+  const bool fifo = ::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode);
   ::close(fd);
+  if (got == 0 && fifo) throw CheckpointError(path + ": a FIFO that no process writes to (its writer must open it first)");
   if (got == limit) {
     throw CheckpointError(path + ": larger than any checkpoint (over " + std::to_string(limit - 1) + " bytes)");
   }

@@ -76,7 +76,8 @@ struct Checkpoint {
 // A seam so tests can simulate a full disk; production code uses the overload without it (::write).
 using CheckpointWriteFunction = std::function<ssize_t(int fd, const void* data, size_t size)>;
 
-// Writes PATH.tmp.<pid>.<n> in the same folder, fsyncs it, renames it over `path`, fsyncs the folder.
+// Writes PATH.tmp.<pid>.<n> (PATH's name cut short where the folder's longest name needs it) in the same
+// folder, fsyncs it, renames it over `path`, fsyncs the folder.
 // Throws CheckpointError naming `path` and the OS error on any failure, after removing the temporary
 // file; `path` then still holds whatever it held before. Also throws, writing nothing, when
 // `parameters` is not model::kNumParameters long or `state` is one load_checkpoint would reject.

@@ -154,7 +154,8 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
     throw UsageError(std::string(e.what()) + " (see --help)");
   }
   if (const std::string flag = option_with_empty_value(app); !flag.empty()) throw UsageError(flag + ": empty value");
-  if (!parse_u64(seed, o.train.seed)) throw UsageError("--seed " + seed + ": must be an integer from 0 to 2^64-1");
+  if (!parse_u64(seed, o.train.seed))
+    throw UsageError("--seed " + seed + ": must be an integer from 0 to 2^64-1 in decimal digits without a leading zero");
   if (app.count("--num-gpus")) o.num_gpus = num_gpus;
   o.epochs_given = app.count("--epochs") > 0;
   o.seed_given = app.count("--seed") > 0;
@@ -329,12 +330,12 @@ int run_cli(int argc, const char* const* argv) {
       }
     }
     const std::vector<float> start = checkpoint ? checkpoint->parameters : model::init_parameters<float>(o.train.seed);
-    // Once everything that could refuse the run has been checked, so that a refusal is one line.
-    if (o.backend == "auto" && !use_cuda)
-      std::cerr << kProgram << ": no CUDA device answers (" << probe.describe() << "); training on the CPU" << std::endl;
     const std::unique_ptr<Backend> backend =
         use_cuda ? make_cuda_backend(o, probe, data, start, std::cerr) : make_cpu_backend(o, start);
     if (g_stop_signal != 0) return stopped("while setting up");
+    // Once everything that could refuse the run has been checked, so that a refusal is one line.
+    if (o.backend == "auto" && !use_cuda)
+      std::cerr << kProgram << ": no CUDA device answers (" << probe.describe() << "); training on the CPU" << std::endl;
 
     if (o.train.epochs == 0) {  // --epochs 0 --load FILE: evaluate only
       const double acc = static_cast<double>(backend->count_correct(data.test, o.train.batch_size)) /

@@ -35,6 +35,6 @@ inline const CLI::Validator Decimal(
       if (r.ec != std::errc() || r.ptr != end) return s + " is out of range";
       return std::string();
     },
-    "INT");
+    "");  // no description: CLI11 would add it to the option's type name in --help
 
 }  // namespace lenet::engine

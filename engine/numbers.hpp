@@ -1,10 +1,13 @@
 // Numbers as text, exactly and independent of the C locale: the shortest decimal that reads back to the
-// same double, and a strict unsigned parse (digits only, no sign, no overflow).
+// same double, and a strict unsigned parse (digits only, no sign, no leading zero, no overflow); float
+// checks.
 #pragma once
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace lenet::engine {
 
@@ -15,7 +18,7 @@ inline std::string format_double(double v) {
 }
 
 inline bool parse_u64(const std::string& s, uint64_t& v) {
-  if (s.empty() || s[0] < '0' || s[0] > '9') return false;
+  if (s.empty() || s[0] < '0' || s[0] > '9' || (s[0] == '0' && s.size() > 1)) return false;  // no leading zero
   const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
   return r.ec == std::errc() && r.ptr == s.data() + s.size();
 }
@@ -27,5 +30,11 @@ inline bool float32_positive(double v) {
          v <= static_cast<double>(std::numeric_limits<float>::max());
 }
 inline constexpr const char* kFloat32PositiveRule = "must be a number > 0 that float32 holds (1.4e-45 to 3.4e38)";
+
+inline bool all_finite(const std::vector<float>& v) {
+  for (const float x : v)
+    if (!std::isfinite(x)) return false;
+  return true;
+}
 
 }  // namespace lenet::engine

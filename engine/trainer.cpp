@@ -8,6 +8,7 @@
 #include <fstream>
 #include <ostream>
 
+#include "engine/numbers.hpp"
 #include "io/sampler.hpp"
 #include "profiling/nvtx.hpp"
 
@@ -101,16 +102,6 @@ nlohmann::json epoch_record(const EpochMetrics& m, const Backend& backend, const
   for (const auto& [name, value] : backend.counters()) record[name] = value;
   return record;
 }
-
-namespace {
-
-bool all_finite(const std::vector<float>& v) {
-  for (float x : v)
-    if (!std::isfinite(x)) return false;
-  return true;
-}
-
-}  // namespace
 
 TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOptions& options, std::ostream& progress,
                   bool progress_is_terminal) {

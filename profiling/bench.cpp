@@ -108,8 +108,7 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
   int epoch = 0;  // epochs trained
   // After every epoch: a diverged run's times and accuracy would mean nothing.
   auto evaluate = [&] {
-    const std::vector<float> p = backend->parameters(0);
-    if (!std::all_of(p.begin(), p.end(), [](float v) { return std::isfinite(v); }))
+    if (!engine::all_finite(backend->parameters(0)))
       throw std::runtime_error(row.name + ": the parameters became non-finite in epoch " + std::to_string(epoch) +
                                "; try a smaller --lr");
     row.test_acc_per_epoch.push_back(double(backend->count_correct(data.test, o.batch_size)) / double(data.test.size()));
@@ -360,7 +359,8 @@ int main(int argc, char** argv) {
   unique(o.allreduce_replicas);
   unique(o.peers);
   if (!engine::parse_u64(o.seed_text, o.seed)) {
-    std::cerr << "lenet-bench: --seed " << o.seed_text << ": must be an integer from 0 to 2^64-1" << std::endl;
+    std::cerr << "lenet-bench: --seed " << o.seed_text
+              << ": must be an integer from 0 to 2^64-1 in decimal digits without a leading zero" << std::endl;
     return 2;
   }
   if (!engine::float32_positive(o.lr)) {

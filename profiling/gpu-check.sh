@@ -100,12 +100,14 @@ if [[ -n $cudnn_root ]]; then
     cmake_args+=("-DCUDNN_INCLUDE_DIR=$bundle/cudnn/include")
   fi
 fi
-# cuBLAS: the toolkit's or the system's, else PyTorch's wheel (nvidia/cu13/lib for CUDA 13, nvidia/cublas/lib
-# before); CMake then links it by its full path.
+# cuBLAS: the toolkit's or the system's, else PyTorch's wheel of the toolkit's major version
+# (nvidia/cu13/lib for CUDA 13, nvidia/cublas/lib before); CMake then links it by its full path.
 if [[ -z ${CUBLAS_ROOT:-} ]] && ! ls "$cuda_dir"/lib64/libcublas.so* >/dev/null 2>&1 &&
   ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so'; then
-  cublas_lib=$(python3 -c 'import glob, nvidia
-print(min((p for d in nvidia.__path__ for p in glob.glob(d + "/*/lib/libcublas.so.*")), default=""))' 2>/dev/null || true)
+  cuda_major=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+  cublas_lib=$(python3 -c 'import glob, sys, nvidia
+print(min((p for d in nvidia.__path__ for p in glob.glob(d + "/*/lib/libcublas.so." + sys.argv[1])), default=""))' \
+    "${cuda_major:-13}" 2>/dev/null || true)
   [[ -n $cublas_lib ]] && CUBLAS_ROOT=$(dirname "$(dirname "$cublas_lib")")
 fi
 if [[ -n ${CUBLAS_ROOT:-} ]]; then

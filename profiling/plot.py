@@ -201,6 +201,12 @@ def accuracy_series(bench, metrics):
 SETTINGS = (("batch_size", "B"), ("lr", "lr"), ("train_examples", "N"))
 
 
+def number_label(v):
+    """256 and 256.0 as 256; any other number exactly (repr), as setting() tells them apart."""
+    f = float(v)
+    return str(int(f)) if f.is_integer() else repr(f)
+
+
 def seconds_table(bench):
     """{series: {replicas: seconds}}: a series per implementation and mode (and batch size, lr and
     training-set size, where rows differ in them; "?" where a row does not record one); a later row of
@@ -218,7 +224,7 @@ def seconds_table(bench):
         name = impl if mode in impl else f"{impl} {mode}".strip()
         for key, short in differing:
             v = r.get(key)
-            name += f" {short}={f'{float(v):g}' if is_number(v) else '?' if v is None else v}"
+            name += f" {short}={number_label(v) if is_number(v) else '?' if v is None else v}"
         cell = table.setdefault(name, {})
         if cell.get(int(r["replicas"]), r["seconds_per_epoch"]) != r["seconds_per_epoch"]:
             print(f"{PROG}: {name} R={int(r['replicas'])} appears more than once with different times; using the one "

@@ -45,6 +45,7 @@ TEST_F(Cli, UsageErrorsExit2WithOneLine) {
   expect_usage_error("--mode fast", "--mode");
   expect_usage_error("--seed -1", "--seed");
   expect_usage_error("--seed 18446744073709551616", "--seed");  // 2^64
+  expect_usage_error("--seed 010", "--seed 010: must be an integer from 0 to 2^64-1");
   // Integers are decimal: not CLI11's octal ("010" would be 8) or hex, and not clamped to a range.
   expect_usage_error("--epochs 010", "--epochs: 010 is not a decimal integer");
   expect_usage_error("--batch-size 0x10", "--batch-size: 0x10 is not a decimal integer");
@@ -303,14 +304,14 @@ TEST_F(Cli, EpochSoFarThatDoesNotFitTheStepIsRefused) {
   }
 }
 
-// Running out of host memory is one line that says what to make smaller. 60000 replicas of the whole
-// training set would need tens of GB; the address space is capped at 1.5 GB (AddressSanitizer reserves
-// far more address space than that, so its build skips this test).
+// Running out of host memory is one line that says what to make smaller. 60000 replicas (parameters and
+// gradients, about 1 MB each) would need tens of GB; the address space is capped at 3 GB, room for the
+// libraries and the data set (AddressSanitizer reserves far more address space, so its build skips this).
 TEST_F(Cli, OutOfHostMemoryIsOneLineNamingWhatToShrink) {
 #if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "AddressSanitizer cannot run under a 1.5 GB address-space limit";
+  GTEST_SKIP() << "AddressSanitizer cannot run under a 3 GB address-space limit";
 #endif
-  const Result r = run("--backend cpu --quiet --batch-size 60000 --replicas 60000 --test-limit 64 --epochs 1", "ulimit -v 1500000; ");
+  const Result r = run("--backend cpu --quiet --batch-size 60000 --replicas 60000 --test-limit 64 --epochs 1", "ulimit -v 3000000; ");
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_EQ(r.err, "lenet-train: error: out of host memory; try a smaller --batch-size, fewer --replicas or a --train-limit\n");
 }
