@@ -1,6 +1,6 @@
 // Numbers as text, exactly and independent of the C locale: the shortest decimal that reads back to the
-// same double, and a strict unsigned parse (digits only, no sign, no leading zero, no overflow); float
-// checks.
+// same double, and a strict unsigned parse (digits only, no sign, no leading zero, no overflow). And two
+// checks of floats: a learning rate float32 keeps, and finite parameters.
 #pragma once
 #include <charconv>
 #include <cmath>
