@@ -20,6 +20,7 @@
 
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
+#include "io/sampler.hpp"
 #include "model/lenet.hpp"
 
 namespace lenet::engine {
@@ -86,7 +87,7 @@ std::string state_problem(const TrainingState& s) {
     return "epoch_seconds is " + format_double(s.epoch_so_far.seconds) + ", must be finite and >= 0";
   // The steps: `epoch` full epochs of ceil(train_examples / batch_size) minibatches, then some of the
   // next one (none after the last), whose sums so far are zero when no step of it is done.
-  const uint64_t batches = (s.train_examples - 1) / uint64_t(s.batch_size) + 1;
+  const uint64_t batches = io::num_batches(s.train_examples, uint64_t(s.batch_size));
   const uint64_t into_epoch = s.step % batches;
   if (s.step / batches != uint64_t(s.epoch) || (s.epoch == s.epochs && into_epoch != 0)) {
     return "step is " + std::to_string(s.step) + ", which does not fit epoch " + std::to_string(s.epoch) + " of " +

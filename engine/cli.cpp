@@ -14,8 +14,8 @@
 #include "engine/cpu_backend.hpp"
 #include "engine/cuda_graph_backend.hpp"
 #include "engine/cuda_naive_backend.hpp"
-#include "engine/cuda_probe.hpp"
 #include "engine/cli_checks.hpp"
+#include "engine/cuda_probe.hpp"
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
 #include "graphs/cuda_check.hpp"
@@ -313,12 +313,12 @@ int run_cli(int argc, const char* const* argv) {
         return io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), o.train_limit, o.test_limit);
       } catch (const io::LimitError& e) {
         const bool given = e.flag == "--train-limit" ? train_limit_given : test_limit_given;
-        if (given || o.resume_path.empty()) throw UsageError(e.what());
+        if (given) throw UsageError(e.what());  // without --resume a limit is always the flag's
         throw UsageError("--resume " + o.resume_path + ": the interrupted run's data set was larger (" + e.what() + ")");
       }
     }();
     if (g_stop_signal != 0) return stopped("while loading the data");
-    const uint64_t batches = io::EpochSampler(data.train.size(), size_t(o.train.batch_size), 0, false).num_batches();
+    const uint64_t batches = io::num_batches(data.train.size(), uint64_t(o.train.batch_size));
     if (!o.resume_path.empty()) {
       // The checkpoint's step, epoch and partial-epoch fields fit its own training-set size and batch
       // size (load_checkpoint checked), which this run has too.

@@ -32,7 +32,7 @@ inline const CLI::Validator Decimal(
                           (s[d] != '0' || s.size() == d + 1);
       if (!digits) return s + " is not a decimal integer (digits without a leading zero)";
       const std::from_chars_result r = std::from_chars(s.data() + (s[0] == '-' ? 0 : d), end, v);
-      if (r.ec != std::errc() || r.ptr != end) return s + " is out of range";
+      if (r.ec != std::errc()) return s + " is out of range";  // the digits were checked: it read them all
       return std::string();
     },
     "");  // no description: CLI11 would add it to the option's type name in --help

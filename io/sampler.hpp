@@ -12,6 +12,9 @@ struct BatchRange {
   size_t rows = 0;   // batch_size, or what is left for the last batch
 };
 
+// ceil(n / b) minibatches of b rows for n examples, the last one partial (no overflow for any n).
+inline uint64_t num_batches(uint64_t n, uint64_t b) { return n == 0 ? 0 : (n - 1) / b + 1; }
+
 class EpochSampler {
  public:
   // shuffle = false keeps the stored order (the test set).
@@ -19,8 +22,8 @@ class EpochSampler {
 
   size_t num_examples() const { return n_; }
   size_t batch_size() const { return batch_; }
-  // ceil(n / B): the last, partial minibatch is kept.
-  size_t num_batches() const { return (n_ + batch_ - 1) / batch_; }
+  // The last, partial minibatch is kept.
+  size_t num_batches() const { return static_cast<size_t>(io::num_batches(n_, batch_)); }
   BatchRange batch(size_t b) const;
   // A permutation of 0..n-1 (Fisher-Yates with an unbiased portable generator), or the identity.
   std::vector<uint32_t> epoch_order(uint64_t epoch) const;

@@ -215,7 +215,7 @@ def seconds_table(bench):
             and is_number(r.get("replicas"))]
     def setting(r, key):  # 256 and 256.0 are one setting
         v = r.get(key)
-        return float(v) if is_number(v) else json.dumps(v)
+        return number_label(v) if is_number(v) else json.dumps(v)
     differing = [(key, short) for key, short in SETTINGS if len({setting(r, key) for _, r in rows}) > 1]
     table = {}
     for path, r in rows:

@@ -2,6 +2,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <fstream>
 #include <iterator>
@@ -22,6 +23,36 @@ inline void write_bytes(const std::string& path, const Bytes& bytes) {
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   EXPECT_TRUE(out.good()) << path;
+}
+
+// Safetensors files (a checkpoint): a little-endian 64-bit header length, the JSON header, the data.
+inline uint64_t le64(const Bytes& b, size_t at) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t{b.at(at + i)} << (8 * i);
+  return v;
+}
+
+// A checkpoint taken apart by the format's rules alone: length, header text, data section.
+struct Parts {
+  uint64_t header_length = 0;
+  std::string header_text;
+  Bytes data;
+};
+
+inline Parts split(const Bytes& file) {
+  Parts p;
+  p.header_length = le64(file, 0);
+  p.header_text.assign(file.begin() + 8, file.begin() + 8 + static_cast<std::ptrdiff_t>(p.header_length));
+  p.data.assign(file.begin() + 8 + static_cast<std::ptrdiff_t>(p.header_length), file.end());
+  return p;
+}
+
+inline Bytes join(const std::string& header_text, const Bytes& data) {
+  Bytes b;
+  for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(uint64_t{header_text.size()} >> (8 * i)));
+  b.insert(b.end(), header_text.begin(), header_text.end());
+  b.insert(b.end(), data.begin(), data.end());
+  return b;
 }
 
 // IDX files (big-endian header, then the bytes): images with a pattern pixel_value gives, and labels.

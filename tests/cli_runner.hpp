@@ -37,10 +37,12 @@ class Cli : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // `prefix`: shell commands before the run (a ulimit).
-  Result run(const std::string& args, const std::string& prefix = "") {
+  // `prefix`: shell commands before the run (a ulimit, a trap). `then`, when given, starts with "&" and
+  // is what the shell does while the run goes on in the background (send it signals), ending with the
+  // run's status (`wait $pid; exit $?`).
+  Result run(const std::string& args, const std::string& prefix = "", const std::string& then = "") {
     const std::string cmd = prefix + "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_TRAIN_EXE "' " + args + " >'" +
-                            (dir_ / "out").string() + "' 2>'" + (dir_ / "err").string() + "' </dev/null";
+                            (dir_ / "out").string() + "' 2>'" + (dir_ / "err").string() + "' </dev/null" + then;
     const int raw = std::system(cmd.c_str());
     Result r;
     r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;

@@ -37,6 +37,9 @@ using lenet::engine::TrainingState;
 using lenet::model::kNumParameters;
 using lenet::model::tensor_specs;
 using lenet::testing::Bytes;
+using lenet::testing::join;
+using lenet::testing::Parts;
+using lenet::testing::split;
 using json = nlohmann::ordered_json;
 
 namespace {
@@ -82,7 +85,7 @@ TrainingState sample_state() {
   s.epoch = 4;
   s.epochs = 10;
   s.seed = 0xfedcba9876543210ull;      // above 2^63: must not pass through a signed or double field
-  s.step = (uint64_t{1} << 53) + 1;    // not representable as a double
+  s.step = uint64_t(s.epoch) * kSampleBatches + 1;  // 2^53 + 1: not representable as a double
   s.lr = 0.1 + 0.2;                    // 0.30000000000000004: needs 17 significant digits
   s.batch_size = 256;
   s.replicas = 3;
@@ -125,35 +128,6 @@ void expect_same_state(const std::optional<TrainingState>& loaded, const Trainin
   EXPECT_EQ(bits(a.epoch_so_far.loss_sum), bits(b.epoch_so_far.loss_sum));
   EXPECT_EQ(a.epoch_so_far.correct, b.epoch_so_far.correct);
   EXPECT_EQ(bits(a.epoch_so_far.seconds), bits(b.epoch_so_far.seconds));
-}
-
-uint64_t le64(const Bytes& b, size_t at) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= uint64_t{b.at(at + i)} << (8 * i);
-  return v;
-}
-
-// A checkpoint taken apart by the format's rules alone: length, header text, data section.
-struct Parts {
-  uint64_t header_length = 0;
-  std::string header_text;
-  Bytes data;
-};
-
-Parts split(const Bytes& file) {
-  Parts p;
-  p.header_length = le64(file, 0);
-  p.header_text.assign(file.begin() + 8, file.begin() + 8 + static_cast<std::ptrdiff_t>(p.header_length));
-  p.data.assign(file.begin() + 8 + static_cast<std::ptrdiff_t>(p.header_length), file.end());
-  return p;
-}
-
-Bytes join(const std::string& header_text, const Bytes& data) {
-  Bytes b;
-  for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(uint64_t{header_text.size()} >> (8 * i)));
-  b.insert(b.end(), header_text.begin(), header_text.end());
-  b.insert(b.end(), data.begin(), data.end());
-  return b;
 }
 
 class CheckpointFiles : public ::testing::Test {

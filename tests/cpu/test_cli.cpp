@@ -204,15 +204,10 @@ TEST_F(Cli, SaveResumeEqualsUninterruptedAndLoadEvaluates) {
 
 // A copy of checkpoint `from` at `to` whose JSON header `edit` changed (the data bytes as they were).
 void rewrite_header(const std::string& from, const std::string& to, const std::function<void(nlohmann::json&)>& edit) {
-  const std::string bytes = lenet::testing::slurp(from);
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[size_t(i)]);
-  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  const lenet::testing::Parts p = lenet::testing::split(lenet::testing::read_bytes(from));
+  nlohmann::json header = nlohmann::json::parse(p.header_text);
   edit(header);
-  const std::string text = header.dump();
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[size_t(i)] = static_cast<char>((uint64_t(text.size()) >> (8 * i)) & 0xff);
-  std::ofstream(to, std::ios::binary) << out << text << bytes.substr(8 + n);
+  lenet::testing::write_bytes(to, lenet::testing::join(header.dump(), p.data));
 }
 
 TEST_F(Cli, ParametersOnlySafetensorsLoadsButCannotResume) {
@@ -341,14 +336,10 @@ TEST_F(Cli, DivergingRunExits1NamingTheEpoch) {
 TEST_F(Cli, SignalLeavesALoadableCheckpoint) {
   for (const auto& [name, status] : {std::pair<std::string, int>{"INT", 130}, {"TERM", 143}, {"HUP", 129}}) {
     const std::string ckpt = (dir_ / ("s-" + name + ".safetensors")).string();
-    const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_TRAIN_EXE "' --backend cpu --quiet "
-                            "--epochs 3 --save '" + ckpt + "' >/dev/null 2>'" + (dir_ / "err").string() +
-                            "' & pid=$!; sleep 3; kill -" + name + " $pid; wait $pid; exit $?";
-    const int raw = std::system(cmd.c_str());
-    ASSERT_TRUE(WIFEXITED(raw));
-    EXPECT_EQ(WEXITSTATUS(raw), status) << lenet::testing::slurp(dir_ / "err");
-    EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("checkpoint written to " + ckpt + ", go on with --resume " + ckpt),
-              std::string::npos);
+    const Result r = run("--backend cpu --quiet --epochs 3 --save '" + ckpt + "'", "",
+                         " & pid=$!; sleep 3; kill -" + name + " $pid; wait $pid; exit $?");
+    EXPECT_EQ(r.status, status) << r.err;
+    EXPECT_NE(r.err.find("checkpoint written to " + ckpt + ", go on with --resume " + ckpt), std::string::npos) << r.err;
     const lenet::engine::Checkpoint c = lenet::engine::load_checkpoint(ckpt);
     ASSERT_TRUE(c.state.has_value());
     EXPECT_GT(c.state->step, 0u);
@@ -362,20 +353,16 @@ TEST_F(Cli, SignalLeavesALoadableCheckpoint) {
 TEST_F(Cli, SignalInTheLastStepCompletesTheRunAndSaysSo) {
   const lenet::engine::CudaProbe probe = lenet::engine::probe_cuda();
   if (!probe.no_device()) GTEST_SKIP() << "a CUDA device answers: " << probe.describe();
-  const std::string ckpt = (dir_ / "last.safetensors").string(), err = (dir_ / "err").string();
-  const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_TRAIN_EXE "' --quiet --train-limit 30000 "
-                          "--batch-size 30000 --test-limit 100 --epochs 1 --save '" + ckpt + "' >'" + (dir_ / "out").string() +
-                          "' 2>'" + err + "' & pid=$!; while kill -0 $pid 2>/dev/null && ! grep -q 'training on the CPU' '" +
-                          err + "'; do sleep 0.02; done; kill -INT $pid; wait $pid; exit $?";
-  const int raw = std::system(cmd.c_str());
-  ASSERT_TRUE(WIFEXITED(raw));
-  const std::string e = lenet::testing::slurp(err);
-  EXPECT_EQ(WEXITSTATUS(raw), 130) << e;
-  EXPECT_NE(lenet::testing::slurp(dir_ / "out").find("test acc: "), std::string::npos) << e;
-  EXPECT_NE(e.find("lenet-train: stopped by signal 2 after the run's last step: the run is complete, checkpoint written to " +
-                   ckpt + "\n"),
+  const std::string ckpt = (dir_ / "last.safetensors").string();
+  const Result r = run("--quiet --train-limit 30000 --batch-size 30000 --test-limit 100 --epochs 1 --save '" + ckpt + "'", "",
+                       " & pid=$!; while kill -0 $pid 2>/dev/null && ! grep -q 'training on the CPU' '" +
+                           (dir_ / "err").string() + "'; do sleep 0.02; done; kill -INT $pid; wait $pid; exit $?");
+  EXPECT_EQ(r.status, 130) << r.err;
+  EXPECT_NE(r.out.find("test acc: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("lenet-train: stopped by signal 2 after the run's last step: the run is complete, checkpoint written to " +
+                       ckpt + "\n"),
             std::string::npos)
-      << e;
+      << r.err;
   const lenet::engine::Checkpoint c = lenet::engine::load_checkpoint(ckpt);
   ASSERT_TRUE(c.state.has_value());
   EXPECT_EQ(c.state->epoch, 1);
@@ -387,38 +374,28 @@ TEST_F(Cli, SignalInTheLastStepCompletesTheRunAndSaysSo) {
 // Minibatches of 10000 or 20000 rows take a second or two, so the signals arrive while the run is in
 // its first step.
 TEST_F(Cli, HangupIsIgnoredUnderNohupAndCountsOnce) {
-  const std::string run_cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_TRAIN_EXE "' --backend cpu --quiet "
-                              "--test-limit 100 ";
-  const std::string err = (dir_ / "err").string();
-  const std::string nohup = "trap '' HUP; " + run_cmd + "--train-limit 10000 --batch-size 10000 --epochs 2 >/dev/null 2>'" +
-                            err + "' & pid=$!; sleep 1; kill -HUP $pid; wait $pid; exit $?";
-  int raw = std::system(nohup.c_str());
-  ASSERT_TRUE(WIFEXITED(raw));
-  EXPECT_EQ(WEXITSTATUS(raw), 0) << lenet::testing::slurp(err);
+  const std::string common = "--backend cpu --quiet --test-limit 100 ";
+  Result r = run(common + "--train-limit 10000 --batch-size 10000 --epochs 2", "trap '' HUP; ",
+                 " & pid=$!; sleep 1; kill -HUP $pid; wait $pid; exit $?");
+  EXPECT_EQ(r.status, 0) << r.err;
   const std::string ckpt = (dir_ / "h.safetensors").string();
-  const std::string twice = run_cmd + "--train-limit 20000 --batch-size 20000 --epochs 3 --save '" + ckpt + "' >/dev/null 2>'" + err +
-                            "' & pid=$!; sleep 2.5; kill -HUP $pid; sleep 0.3; kill -HUP $pid; wait $pid; exit $?";
-  raw = std::system(twice.c_str());
-  ASSERT_TRUE(WIFEXITED(raw));
-  EXPECT_EQ(WEXITSTATUS(raw), 129) << lenet::testing::slurp(err);
-  EXPECT_EQ(lenet::testing::slurp(err).find("stopped at once"), std::string::npos) << lenet::testing::slurp(err);
-  EXPECT_NE(lenet::testing::slurp(err).find("checkpoint written to"), std::string::npos) << lenet::testing::slurp(err);
+  r = run(common + "--train-limit 20000 --batch-size 20000 --epochs 3 --save '" + ckpt + "'", "",
+          " & pid=$!; sleep 2.5; kill -HUP $pid; sleep 0.3; kill -HUP $pid; wait $pid; exit $?");
+  EXPECT_EQ(r.status, 129) << r.err;
+  EXPECT_EQ(r.err.find("stopped at once"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("checkpoint written to"), std::string::npos) << r.err;
 }
 
 // A second signal ends the run at once, still with its line on stderr and 128 + signal. Two different
 // signals sent to the stopped process arrive together when it continues (one kind would merge into one).
 TEST_F(Cli, SecondSignalExitsAtOnceWithItsLine) {
-  const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_TRAIN_EXE "' --backend cpu --quiet "
-                          "--epochs 3 >/dev/null 2>'" + (dir_ / "err").string() +
-                          "' & pid=$!; sleep 2; kill -STOP $pid; kill -INT $pid; kill -TERM $pid; kill -CONT $pid; "
-                          "wait $pid; exit $?";
-  const int raw = std::system(cmd.c_str());
-  ASSERT_TRUE(WIFEXITED(raw));
-  const std::string err = lenet::testing::slurp(dir_ / "err");
+  const Result r = run("--backend cpu --quiet --epochs 3", "",
+                       " & pid=$!; sleep 2; kill -STOP $pid; kill -INT $pid; kill -TERM $pid; kill -CONT $pid; "
+                       "wait $pid; exit $?");
   // Which of the two the kernel hands over second is its choice.
-  const int second = WEXITSTATUS(raw) - 128;
-  EXPECT_TRUE(second == SIGINT || second == SIGTERM) << WEXITSTATUS(raw) << ": " << err;
-  EXPECT_EQ(err, "lenet-train: stopped at once by a second signal " + std::to_string(second) + "\n");
+  const int second = r.status - 128;
+  EXPECT_TRUE(second == SIGINT || second == SIGTERM) << r.status << ": " << r.err;
+  EXPECT_EQ(r.err, "lenet-train: stopped at once by a second signal " + std::to_string(second) + "\n");
 }
 
 }  // namespace

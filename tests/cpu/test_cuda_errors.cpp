@@ -3,10 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <utility>
 
@@ -77,10 +75,12 @@ TEST(CudaErrors, OtherErrorsStillNameTheLibraryError) {
 
 // Without a device the GPU tests skip, unless LENET_GPU_REQUIRED=1 says a device must answer: then they
 // fail (the GPU check sets it). Shown on test_gpu_probe, run as CTest runs it.
-TEST(GpuTests, SkipWithoutDeviceAndFailWhenOneIsRequired) {
+class GpuTests : public lenet::testing::Cli {};  // for its scratch folder
+
+TEST_F(GpuTests, SkipWithoutDeviceAndFailWhenOneIsRequired) {
   const lenet::engine::CudaProbe probe = lenet::engine::probe_cuda();
   if (!probe.no_device()) GTEST_SKIP() << "a CUDA device answers: " << probe.describe();
-  const std::string out = (std::filesystem::temp_directory_path() / ("lenet-gpu-required-" + std::to_string(::getpid()))).string();
+  const std::string out = (dir_ / "out").string();
   auto run = [&](const std::string& env) {
     const int raw = std::system((env + " '" LENET_GPU_PROBE_TEST_EXE "' >'" + out + "' 2>&1").c_str());
     return std::pair<int, std::string>(WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, lenet::testing::slurp(out));
@@ -92,5 +92,4 @@ TEST(GpuTests, SkipWithoutDeviceAndFailWhenOneIsRequired) {
   EXPECT_NE(failed_status, 0) << failed;
   EXPECT_NE(failed.find("LENET_GPU_REQUIRED=1, but no CUDA device answers"), std::string::npos) << failed;
   EXPECT_EQ(failed.find("[  SKIPPED ]"), std::string::npos) << failed;
-  std::filesystem::remove(out);
 }
