@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <ostream>
+#include <stdexcept>
 
 #include "engine/numbers.hpp"
 #include "io/sampler.hpp"
@@ -112,6 +113,7 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
   }
   const io::EpochSampler sampler(data.train.size(), static_cast<size_t>(options.batch_size), options.seed, true);
   const uint64_t batches = sampler.num_batches();
+  if (batches == 0) throw std::invalid_argument("train: the training set is empty");
   Progress bar(progress, progress_is_terminal, options.quiet, options.epochs);
   const float lr = static_cast<float>(options.lr);
   uint64_t step = options.start_step;

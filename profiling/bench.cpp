@@ -150,10 +150,10 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
                 << "'s traced columns are too low" << std::endl;
     if (timeline != nullptr) {
       *timeline = {{"mode", mode}, {"replicas", replicas}, {"batch_size", o.batch_size}, {"steps", nlohmann::json::array()}};
-      const std::vector<profiling::BusyIdle> steps = profiling::per_step_busy_idle(a.launched, step_starts);
-      for (size_t k = 0; k < steps.size(); ++k)
+      const std::vector<profiling::BusyIdle> per_step = profiling::per_step_busy_idle(a.launched, step_starts);
+      for (size_t k = 0; k < per_step.size(); ++k)
         (*timeline)["steps"].push_back(
-            {{"step", k}, {"kernel_ms", steps[k].busy_seconds * 1e3}, {"idle_ms", steps[k].idle_seconds * 1e3}});
+            {{"step", k}, {"kernel_ms", per_step[k].busy_seconds * 1e3}, {"idle_ms", per_step[k].idle_seconds * 1e3}});
     }
     const profiling::BusyIdle bi = profiling::busy_and_idle(a.kernels);
     const double n = double(r.steps);

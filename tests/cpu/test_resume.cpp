@@ -178,6 +178,14 @@ TEST(Resume, StopNeverCheckpointsNonFiniteParameters) {
   EXPECT_EQ(saved, 0);
 }
 
+TEST(Trainer, EmptyTrainingSetIsRefusedNotDividedBy) {
+  engine::CpuBackend b(1, model::init_parameters<float>(1));
+  io::FashionMnist empty;
+  empty.test = data().test;
+  std::ostringstream log;
+  EXPECT_THROW(engine::train(b, empty, options(), log, false), std::invalid_argument);
+}
+
 TEST(Resume, ResumedRunDiffersFromAFreshOne) {
   // Guards the two tests above: resuming must not simply restart from the initial parameters.
   engine::CpuBackend b(2, model::init_parameters<float>(options().seed));
