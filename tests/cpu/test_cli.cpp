@@ -287,7 +287,8 @@ TEST_F(Cli, EpochSoFarThatDoesNotFitTheStepIsRefused) {
   // 64 examples, batch 16: 4 steps an epoch. At an epoch's end nothing can be carried over; one step in,
   // at most 16 rows can have been right. The saver refuses such a state, so the file is edited.
   lenet::engine::save_checkpoint(good, lenet::model::init_parameters<float>(1), {1, 3, 1, 5, 0.2, 16, 1, 64, {2.0, 16, 0.5}});
-  for (const auto& [step, correct] : {std::pair<std::string, std::string>{"4", "3"}, {"5", "17"}}) {
+  for (const auto& step_correct : {std::pair<std::string, std::string>{"4", "3"}, {"5", "17"}}) {
+    const std::string &step = step_correct.first, &correct = step_correct.second;  // C++17 lambdas capture no bindings
     rewrite_header(good, bad, [&](nlohmann::json& h) {
       h["__metadata__"]["step"] = step;
       h["__metadata__"]["epoch_correct"] = correct;
