@@ -15,10 +15,12 @@
 #include <utility>
 #include <vector>
 
+#include "io/random.hpp"
 #include "model/cpu_layers.hpp"
 #include "model/cpu_lenet.hpp"
 #include "model/gemm.hpp"
 #include "model/lenet.hpp"
+#include "model/softmax_row.hpp"
 
 namespace {
 
@@ -105,7 +107,7 @@ TEST(Gradients, AvgPoolWithOddSideDropsLastRowAndColumn) {
   };
   loss();
   EXPECT_DOUBLE_EQ(y[0], (x[0] + x[1] + x[9] + x[10]) / 4);
-  Vec dx(x.size());
+  Vec dx(x.size(), std::nan(""));  // every element must be written, the dropped ones with 0
   avgpool2_backward(planes, h, w, r.data(), dx.data());
   EXPECT_LT(rel_error(dx, numeric_grad(x, loss)), kBound);
   EXPECT_EQ(dx[8], 0.0);       // last column
@@ -288,6 +290,24 @@ TEST(Model, LayoutMatchesTheArchitectureTable) {
   EXPECT_NEAR(std::sqrt(sq / n - (sum / n) * (sum / n)), 0.01, 1e-4);
   EXPECT_EQ(init_parameters<float>(3), p);
   EXPECT_NE(init_parameters<float>(4), p);
+}
+
+// The seed's contract (README, "Seeds"): the weights are stream 0 of Rng(seed, .), drawn tensor by
+// tensor in layout order, biases draw nothing. Streams 1 + e are the epochs' shuffles, so a change
+// here would silently change every seed's run.
+TEST(Model, WeightsAreStreamZeroDrawnInLayoutOrder) {
+  const std::vector<float> p = init_parameters<float>(3);
+  lenet::Rng rng(3, 0);
+  for (const TensorSpec& t : tensor_specs())
+    for (size_t i = 0; t.is_weight && i < t.size; ++i)
+      ASSERT_EQ(p[t.offset + i], static_cast<float>(0.01 * rng.normal())) << t.name << "[" << i << "]";
+}
+
+// torch.argmax's rule: the first of equal maxima. The CPU and GPU accuracy counts both use it.
+TEST(Model, ArgmaxTakesTheFirstOfEqualMaxima) {
+  const float tie[] = {1.0f, 3.0f, 3.0f, 0.0f}, flat[] = {0.5f, 0.5f, 0.5f};
+  EXPECT_EQ(argmax_row(tie, 4), 1);
+  EXPECT_EQ(argmax_row(flat, 3), 0);
 }
 
 }  // namespace

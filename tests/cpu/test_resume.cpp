@@ -213,6 +213,68 @@ TEST(Diverging, NonFiniteLossStopsWithTheEpochNamed) {
   EXPECT_EQ(saved, 0) << "a diverged epoch must not overwrite the last good checkpoint";
 }
 
+// A backend that trains nothing and goes bad at one chosen step of the run (counted from 0): its loss
+// becomes NaN there, or only its parameters do (an update that overflows after a finite loss).
+class ScriptedBackend : public engine::Backend {
+ public:
+  ScriptedBackend(uint64_t bad_step, bool loss_goes_bad) : bad_step_(bad_step), loss_goes_bad_(loss_goes_bad) {}
+  std::string name() const override { return "scripted"; }
+  std::string mode() const override { return "scripted"; }
+  std::vector<std::string> devices() const override { return {"none"}; }
+  void train_step(const io::Split&, const uint32_t*, int, float) override {
+    if (steps_ == bad_step_) (loss_goes_bad_ ? bad_in_take_ : params_bad_) = true;
+    if (steps_ == bad_step_ && loss_goes_bad_) first_bad_in_take_ = int64_t(steps_ - take_start_);
+    ++steps_;
+  }
+  engine::TrainStats take_train_stats() override {
+    engine::TrainStats st;
+    st.loss_sum = bad_in_take_ ? std::nan("") : 1.0;
+    st.first_nonfinite_step = bad_in_take_ ? first_bad_in_take_ : -1;
+    bad_in_take_ = false;
+    take_start_ = steps_;
+    return st;
+  }
+  int64_t count_correct(const io::Split&, int) override { return 0; }
+  std::vector<float> parameters(int) const override {
+    return std::vector<float>(model::kNumParameters, params_bad_ ? INFINITY : 0.0f);
+  }
+
+ private:
+  uint64_t bad_step_, steps_ = 0, take_start_ = 0;
+  bool loss_goes_bad_, bad_in_take_ = false, params_bad_ = false;
+  int64_t first_bad_in_take_ = -1;
+};
+
+// What the trainer says of a run that goes bad at run step `bad_step` (1000 examples in minibatches
+// of 64: 16 steps an epoch), and how many checkpoints it wrote before.
+std::pair<std::string, int> diverge_at(uint64_t bad_step, bool loss_goes_bad) {
+  ScriptedBackend b(bad_step, loss_goes_bad);
+  engine::TrainOptions o = options();
+  int saved = 0;
+  o.checkpoint = [&](int, uint64_t, const engine::EpochSoFar&) { ++saved; };
+  std::ostringstream log;
+  try {
+    engine::train(b, data(), o, log, false);
+  } catch (const engine::TrainingDiverged& e) {
+    return {e.what(), saved};
+  }
+  return {"did not diverge", saved};
+}
+
+TEST(Diverging, TheMessageNamesTheStepWhoseLossWasNotFinite) {
+  // Run step 22 (from 0) is the 7th step of epoch 2 and the 23rd of the run.
+  const auto [message, saved] = diverge_at(22, true);
+  EXPECT_EQ(message, "non-finite training loss in epoch 2, at step 7 of 16 (step 23 of the run); try a smaller --lr");
+  EXPECT_EQ(saved, 1);
+}
+
+TEST(Diverging, ParametersThatOverflowAfterAFiniteLossStopTheRunToo) {
+  // The loss of a step is computed before its update: the last step's update can overflow unseen.
+  const auto [message, saved] = diverge_at(15, false);
+  EXPECT_EQ(message, "non-finite parameters in epoch 1, between steps 1 and 16 of 16; try a smaller --lr");
+  EXPECT_EQ(saved, 0) << "the overflowed parameters must not be checkpointed";
+}
+
 // The rule the CPU backend and the GPU loss kernel share (model/step_tracker.hpp).
 TEST(Diverging, StepTrackerKeepsTheFirstNonFiniteStep) {
   model::StepTracker t;
