@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cfloat>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -194,6 +195,17 @@ TEST_F(CheckpointFiles, RoundTripKeepsEveryBitOfParametersAndState) {
   const Checkpoint c = lenet::engine::load_checkpoint(path_);
   expect_same_bits(c.parameters, sample_parameters());
   expect_same_state(c.state, sample_state());
+}
+
+TEST_F(CheckpointFiles, RoundTripAtTheIntegerFieldsLargestValues) {
+  TrainingState s = sample_state();
+  s.epochs = s.batch_size = s.replicas = INT_MAX;  // the flags' and the loader's upper bound
+  s.epoch = 1;
+  s.train_examples = uint64_t{INT_MAX};  // one minibatch an epoch
+  s.step = 1;
+  s.epoch_so_far = {};
+  lenet::engine::save_checkpoint(path_, sample_parameters(), s);
+  expect_same_state(lenet::engine::load_checkpoint(path_).state, s);
 }
 
 TEST_F(CheckpointFiles, LrRoundTripsExactlyForAwkwardValues) {
@@ -523,6 +535,10 @@ TEST_F(CheckpointFiles, SaveRejectsWrongParameterCountAndUnresumableStateWriting
       {"step", [](TrainingState& s) { s.epoch = s.epochs, s.step = uint64_t(s.epochs) * kSampleBatches + 1; }},
       {"do not fit 1 steps", [](TrainingState& s) { s.epoch_so_far.correct = 257; }},
       {"do not fit 0 steps", [](TrainingState& s) { s.step = uint64_t(s.epoch) * kSampleBatches; }},
+      // At an epoch's end each of the three sums alone must be zero.
+      {"do not fit 0 steps", [](TrainingState& s) { s.step = uint64_t(s.epoch) * kSampleBatches, s.epoch_so_far = {1.0, 0, 0}; }},
+      {"do not fit 0 steps", [](TrainingState& s) { s.step = uint64_t(s.epoch) * kSampleBatches, s.epoch_so_far = {0, 1, 0}; }},
+      {"do not fit 0 steps", [](TrainingState& s) { s.step = uint64_t(s.epoch) * kSampleBatches, s.epoch_so_far = {0, 0, 1.0}; }},
   };
   for (const auto& [field, spoil] : bad) {
     TrainingState s = sample_state();
@@ -608,6 +624,8 @@ TEST_F(CheckpointFiles, WrongShapeIsRejected) {
   EXPECT_CONTAINS(rejection(edited([](json& h) { h["conv1.bias"]["shape"] = {20, 1}; })), "'conv1.bias' has shape");
   EXPECT_CONTAINS(rejection(edited([](json& h) { h["conv1.bias"]["shape"] = {-20}; })), "non-negative integers");
   EXPECT_CONTAINS(rejection(edited([](json& h) { h["conv1.bias"]["shape"] = "20"; })), "not an array");
+  // One level deeper than a header has (object, entry, shape) is refused as such, before its meaning.
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["conv1.bias"]["shape"] = {{20}}; })), "nested deeper than a checkpoint header");
 }
 
 TEST_F(CheckpointFiles, WrongDtypeIsRejected) {
