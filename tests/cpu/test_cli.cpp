@@ -108,6 +108,7 @@ TEST_F(Cli, UnwritableMetricsFileExits1NamingIt) {
 
 TEST_F(Cli, RunPrintsFinalLineAndWritesMetrics) {
   const fs::path metrics = dir_ / "m.jsonl";
+  std::ofstream(metrics) << "an older run's record, which a new run replaces\n";
   const Result r = run("--backend cpu --num-gpus 2 --epochs 2 --batch-size 64 --train-limit 300 --test-limit 100 "
                        "--seed 17 --metrics '" + metrics.string() + "'");
   ASSERT_EQ(r.status, 0) << r.err;
@@ -269,16 +270,21 @@ TEST_F(Cli, OutputFlagsThatCannotBeHonouredAreRefusedBeforeTraining) {
 }
 
 TEST_F(Cli, NonFiniteParametersToStartFromAreRefusedNamingTheTensor) {
-  std::vector<float> p = lenet::model::init_parameters<float>(1);
-  const lenet::model::TensorSpec& fc1 = lenet::model::tensor_specs()[4];
-  p[fc1.offset + 7] = std::numeric_limits<float>::quiet_NaN();
-  const std::string bad = (dir_ / "nan.safetensors").string();
-  lenet::engine::save_checkpoint(bad, p, {1, 2, 1, 235, 0.2, 256, 1, 60000, {}});  // 235 minibatches of 256
-  for (const std::string flag : {"--epochs 0 --load", "--epochs 2 --resume"}) {
-    const Result r = run("--backend cpu " + flag + " '" + bad + "'");
-    EXPECT_EQ(r.status, 1) << flag;
-    EXPECT_NE(r.err.find(bad + ": fc1.weight[7] is nan; cannot start from non-finite parameters"), std::string::npos)
-        << r.err;
+  // A weight, and the last element of all (a bias).
+  for (const auto& [tensor, index] : {std::pair<size_t, size_t>{lenet::model::kFc1W, 7}, {lenet::model::kFc2B, 9}}) {
+    std::vector<float> p = lenet::model::init_parameters<float>(1);
+    const lenet::model::TensorSpec& t = lenet::model::tensor_specs()[tensor];
+    p[t.offset + index] = std::numeric_limits<float>::quiet_NaN();
+    const std::string bad = (dir_ / "nan.safetensors").string();
+    lenet::engine::save_checkpoint(bad, p, {1, 2, 1, 235, 0.2, 256, 1, 60000, {}});  // 235 minibatches of 256
+    for (const std::string flag : {"--epochs 0 --load", "--epochs 2 --resume"}) {
+      const Result r = run("--backend cpu " + flag + " '" + bad + "'");
+      EXPECT_EQ(r.status, 1) << flag;
+      EXPECT_NE(r.err.find(bad + ": " + t.name + "[" + std::to_string(index) +
+                           "] is nan; cannot start from non-finite parameters"),
+                std::string::npos)
+          << r.err;
+    }
   }
 }
 
