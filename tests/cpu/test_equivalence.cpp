@@ -13,6 +13,7 @@
 #include "io/dataset.hpp"
 #include "model/cpu_lenet.hpp"
 #include "model/lenet.hpp"
+#include "model/softmax_row.hpp"
 
 namespace {
 
@@ -116,6 +117,26 @@ TEST(Equivalence, ThreadCountDoesNotChangeTheBits) {
   EXPECT_EQ(train_replicas(2, 256, 7, 3, 5)[0], one);
   const std::vector<float> big = train_replicas(2, 2053, 7, 1, 1)[0];
   EXPECT_EQ(train_replicas(2, 2053, 7, 1, 40)[0], big);
+}
+
+// Evaluation runs in chunks of kCpuChunkRows; the test split here (100 rows) ends in a partial one.
+// Labels set to the model's own predictions make every row count, so a dropped or doubled row shows.
+TEST(Equivalence, CountCorrectSeesEveryRowOfTheSplit) {
+  const std::vector<float> params = train_replicas(1, 256, 5)[0];
+  io::Split test = data().test;
+  const size_t n = test.size();
+  ASSERT_NE(n % engine::kCpuChunkRows, 0u);
+  std::vector<float> x(n * model::kInPixels);
+  std::vector<int32_t> labels(n);
+  test.slice(0, n, x.data(), labels.data());
+  model::CpuLenet<float> net;
+  net.forward(params.data(), x.data(), labels.data(), static_cast<int>(n));
+  for (size_t i = 0; i < n; ++i)
+    test.labels[i] = static_cast<uint8_t>(model::argmax_row(net.logits().data() + i * model::kClasses, model::kClasses));
+  engine::CpuBackend b(1, params);
+  EXPECT_EQ(b.count_correct(test, 256), static_cast<int64_t>(n));
+  test.labels[n - 1] = static_cast<uint8_t>((test.labels[n - 1] + 1) % model::kClasses);  // the last row now wrong
+  EXPECT_EQ(b.count_correct(test, 256), static_cast<int64_t>(n) - 1);
 }
 
 TEST(Equivalence, SameSeedSameBits) {
