@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -222,15 +223,14 @@ class ScriptedBackend : public engine::Backend {
   std::string mode() const override { return "scripted"; }
   std::vector<std::string> devices() const override { return {"none"}; }
   void train_step(const io::Split&, const uint32_t*, int, float) override {
-    if (steps_ == bad_step_) (loss_goes_bad_ ? bad_in_take_ : params_bad_) = true;
-    if (steps_ == bad_step_ && loss_goes_bad_) first_bad_in_take_ = int64_t(steps_ - take_start_);
+    if (steps_ == bad_step_ && loss_goes_bad_) first_bad_since_take_ = int64_t(steps_ - take_start_);
+    if (steps_ == bad_step_ && !loss_goes_bad_) params_bad_ = true;
     ++steps_;
   }
   engine::TrainStats take_train_stats() override {
     engine::TrainStats st;
-    st.loss_sum = bad_in_take_ ? std::nan("") : 1.0;
-    st.first_nonfinite_step = bad_in_take_ ? first_bad_in_take_ : -1;
-    bad_in_take_ = false;
+    st.loss_sum = first_bad_since_take_ >= 0 ? std::nan("") : 1.0;
+    st.first_nonfinite_step = std::exchange(first_bad_since_take_, -1);
     take_start_ = steps_;
     return st;
   }
@@ -241,8 +241,8 @@ class ScriptedBackend : public engine::Backend {
 
  private:
   uint64_t bad_step_, steps_ = 0, take_start_ = 0;
-  bool loss_goes_bad_, bad_in_take_ = false, params_bad_ = false;
-  int64_t first_bad_in_take_ = -1;
+  bool loss_goes_bad_, params_bad_ = false;
+  int64_t first_bad_since_take_ = -1;
 };
 
 // What the trainer says of a run that goes bad at run step `bad_step` (1000 examples in minibatches
