@@ -18,6 +18,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "byte_files.hpp"
@@ -123,12 +124,25 @@ TEST_F(IdxFiles, WrongMagicIsRejected) {
 }
 
 TEST_F(IdxFiles, TruncatedHeaderIsRejected) {
-  Bytes b = idx_images(1);
-  b.resize(10);  // magic intact, dimensions cut off
-  const std::string path = write_raw("img", b);
-  const std::string msg = data_error_of([&] { lenet::io::read_idx_images(path); });
-  EXPECT_CONTAINS(msg, path);
-  EXPECT_CONTAINS(msg, "truncated header");
+  // Every length short of a whole header (16 bytes for images, 8 for labels), up to one byte short.
+  const Bytes images = idx_images(1), labels = idx_labels({3});
+  for (const auto& [whole, header, read] :
+       {std::tuple<const Bytes*, size_t, void (*)(const std::string&)>{
+            &images, 16, [](const std::string& p) { lenet::io::read_idx_images(p); }},
+        {&labels, 8, [](const std::string& p) { lenet::io::read_idx_labels(p); }}}) {
+    for (size_t n = 1; n < header; ++n) {
+      const std::string path = write_raw("idx", Bytes(whole->begin(), whole->begin() + static_cast<std::ptrdiff_t>(n)));
+      const std::string msg = data_error_of([&, read = read] { read(path); });
+      EXPECT_CONTAINS(msg, path);
+      EXPECT_CONTAINS(msg, n < 4 ? "truncated header (" + std::to_string(n) + " bytes)"
+                                 : "truncated header (" + std::to_string(n) + " of " + std::to_string(header) + " bytes)");
+    }
+  }
+}
+
+TEST_F(IdxFiles, CountsAboveSixteenBitsAreRead) {
+  const Bytes labels(65537, 7);
+  EXPECT_EQ(lenet::io::read_idx_labels(write_raw("lab", idx_labels(labels))).size(), 65537u);
 }
 
 TEST_F(IdxFiles, TruncatedDataIsRejected) {
@@ -407,6 +421,12 @@ TEST_F(RealData, LimitsKeepTheFirstExamples) {
   ASSERT_EQ(limited.train.pixels.size(), 1000u * 784);
   EXPECT_TRUE(std::equal(limited.train.pixels.begin(), limited.train.pixels.end(), full_->train.pixels.begin()));
   EXPECT_TRUE(std::equal(limited.test.pixels.begin(), limited.test.pixels.end(), full_->test.pixels.begin()));
+}
+
+TEST_F(RealData, LimitEqualToTheSetKeepsEveryExample) {
+  const lenet::io::FashionMnist all = lenet::io::load_fashion_mnist(LENET_TEST_DATA_DIR, 60000, 10000);
+  EXPECT_EQ(all.train.labels, full_->train.labels);
+  EXPECT_EQ(all.test.labels, full_->test.labels);
 }
 
 TEST_F(RealData, LimitLargerThanTheSetIsRejected) {
