@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 
 TEST_F(Cli, UsageErrorsExit2WithOneLine) {
   expect_usage_error("--no-such-flag", "--no-such-flag");
-  expect_usage_error("--batch-size 0", "--batch-size");
+  expect_usage_error("--batch-size 0", "--batch-size 0: must be at least 1");
   expect_usage_error("--batch-size abc", "--batch-size");
   expect_usage_error("--lr 0", "--lr");
   expect_usage_error("--lr -0.1", "--lr");
@@ -167,6 +167,9 @@ TEST_F(Cli, SaveResumeEqualsUninterruptedAndLoadEvaluates) {
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("no training on [cpu]"), std::string::npos) << r.out;
   expect_usage_error(common + "--epochs 3 --resume '" + b + "' --lr 0.1", "--lr");
+  expect_usage_error("--backend cpu --quiet --epochs 3 --resume '" + b + "' --batch-size 32",
+                     "--batch-size differs from the value 64 saved in --resume");
+  expect_usage_error(common + "--epochs 3 --resume '" + b + "' --seed 2", "--seed differs from the value 1 saved in --resume");
   expect_usage_error(common + "--load '" + a + "' --resume '" + b + "'", "--resume");
   expect_usage_error(common + "--resume '" + b + "'", "raise --epochs");
   // Another test set would give metrics that do not compare with the interrupted run's.
@@ -209,6 +212,24 @@ void rewrite_header(const std::string& from, const std::string& to, const std::f
   nlohmann::json header = nlohmann::json::parse(p.header_text);
   edit(header);
   lenet::testing::write_bytes(to, lenet::testing::join(header.dump(), p.data));
+}
+
+TEST_F(Cli, ResumingACheckpointWithoutTheTestSetSizeTakesTheFlag) {
+  // Checkpoints of older lenet-dp versions do not record the test set's size.
+  const std::string a = (dir_ / "a.safetensors").string(), older = (dir_ / "older.safetensors").string();
+  ASSERT_EQ(run("--backend cpu --quiet --batch-size 64 --train-limit 128 --test-limit 100 --epochs 1 --save '" + a + "'").status, 0);
+  rewrite_header(a, older, [](nlohmann::json& h) { h["__metadata__"].erase("test_examples"); });
+  const Result r = run("--backend cpu --quiet --test-limit 50 --epochs 2 --resume '" + older + "'");
+  EXPECT_EQ(r.status, 0) << r.err;
+}
+
+TEST_F(Cli, MetricsThatIsAHardLinkToTheCheckpointIsRefused) {
+  const std::string c = (dir_ / "c.safetensors").string(), m = (dir_ / "m.jsonl").string();
+  lenet::engine::save_checkpoint(c, lenet::model::init_parameters<float>(1), {1, 2, 1, 2, 0.2, 64, 1, 128, {}});
+  fs::create_hard_link(c, m);
+  expect_usage_error("--backend cpu --quiet --train-limit 128 --test-limit 64 --epochs 2 --resume '" + c +
+                         "' --metrics '" + m + "'",
+                     "--metrics and --resume name the same file");
 }
 
 TEST_F(Cli, ParametersOnlySafetensorsLoadsButCannotResume) {
