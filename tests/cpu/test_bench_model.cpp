@@ -44,6 +44,10 @@ TEST(BenchModel, BusyAndIdleFromKernelIntervals) {
   EXPECT_NEAR(r.busy_seconds, 35e-9, 1e-18);
   EXPECT_NEAR(r.idle_seconds, 5e-9, 1e-18);
   EXPECT_EQ(busy_and_idle({}).busy_seconds, 0.0);
+  // A kernel that runs inside a longer one (another stream) ends the span no earlier.
+  const BusyIdle nested = busy_and_idle({{0, 100, 0}, {10, 20, 0}});
+  EXPECT_NEAR(nested.busy_seconds, 100e-9, 1e-18);
+  EXPECT_EQ(nested.idle_seconds, 0.0);
 }
 
 TEST(BenchModel, KernelsGoToTheStepThatLaunchedThem) {
@@ -65,7 +69,11 @@ TEST(BenchModel, KernelsGoToTheStepThatLaunchedThem) {
 
 TEST(BenchModel, PeakAndProjection) {
   EXPECT_EQ(fp32_lanes_per_sm(9, 0), 128);
-  EXPECT_EQ(fp32_lanes_per_sm(8, 0), 64);
+  EXPECT_EQ(fp32_lanes_per_sm(8, 0), 64);   // A100
+  EXPECT_EQ(fp32_lanes_per_sm(8, 6), 128);  // GA10x
+  EXPECT_EQ(fp32_lanes_per_sm(8, 9), 128);  // Ada
+  EXPECT_EQ(fp32_lanes_per_sm(7, 5), 64);   // Turing
+  EXPECT_EQ(fp32_lanes_per_sm(6, 1), 128);  // consumer Pascal
   EXPECT_EQ(fp32_lanes_per_sm(3, 0), 0);
   EXPECT_NEAR(peak_fp32_flops(132, 128, 1.98e9), 66.9e12, 0.1e12);  // H200 SXM: 67 TFLOP/s FP32
   EXPECT_EQ(ring_allreduce_seconds(1, 1e6, 1e-6, 1e9), 0.0);
