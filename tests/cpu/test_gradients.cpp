@@ -12,6 +12,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -247,24 +248,30 @@ TEST(Gradients, ZeroRowsGiveZeroGradient) {
 
 TEST(Gemm, BlasAndPortableAgreeForEveryTransposition) {
   std::mt19937 gen(8);
-  const int m = 13, n = 17, k = 11;
-  for (int ta = 0; ta < 2; ++ta)
-    for (int tb = 0; tb < 2; ++tb) {
-      const Vec a = random_vec(size_t(m) * k, gen), b = random_vec(size_t(k) * n, gen);
-      Vec c1 = random_vec(size_t(m) * n, gen), c2 = c1, ref = c1;
-      const int lda = ta ? m : k, ldb = tb ? k : n;
-      gemm<double>(ta, tb, m, n, k, 0.5, a.data(), lda, b.data(), ldb, 2.0, c1.data(), n);
-      gemm_portable<double>(ta, tb, m, n, k, 0.5, a.data(), lda, b.data(), ldb, 2.0, c2.data(), n);
-      for (int i = 0; i < m; ++i)
-        for (int j = 0; j < n; ++j) {
-          double s = 0;
-          for (int p = 0; p < k; ++p) s += (ta ? a[size_t(p) * m + i] : a[size_t(i) * k + p]) *
-                                           (tb ? b[size_t(j) * k + p] : b[size_t(p) * n + j]);
-          ref[size_t(i) * n + j] = 0.5 * s + 2.0 * ref[size_t(i) * n + j];
+  // The second shape spans several of gemm_portable's column panels (256) and depth panels (1024); the
+  // third has k = 0 (C only scaled by beta). Beta 0 must ignore a NaN already in C, as BLAS does.
+  // Bound: double sums of at most 1100 products of O(1) terms, relative error far below 1e-13.
+  for (const auto& [m, n, k] : {std::tuple<int, int, int>{13, 17, 11}, {3, 300, 1100}, {4, 5, 0}})
+    for (const double beta : {2.0, 0.0})
+      for (int ta = 0; ta < 2; ++ta)
+        for (int tb = 0; tb < 2; ++tb) {
+          if (k == 0 && beta == 0.0) continue;  // C = 0: no relative error to take
+          const Vec a = random_vec(size_t(m) * k, gen), b = random_vec(size_t(k) * n, gen);
+          Vec c1 = beta == 0.0 ? Vec(size_t(m) * n, std::nan("")) : random_vec(size_t(m) * n, gen), c2 = c1, ref = c1;
+          const int lda = ta ? m : k, ldb = tb ? k : n;
+          gemm<double>(ta, tb, m, n, k, 0.5, a.data(), lda, b.data(), ldb, beta, c1.data(), n);
+          gemm_portable<double>(ta, tb, m, n, k, 0.5, a.data(), lda, b.data(), ldb, beta, c2.data(), n);
+          for (int i = 0; i < m; ++i)
+            for (int j = 0; j < n; ++j) {
+              double s = 0;
+              for (int p = 0; p < k; ++p) s += (ta ? a[size_t(p) * m + i] : a[size_t(i) * k + p]) *
+                                               (tb ? b[size_t(j) * k + p] : b[size_t(p) * n + j]);
+              double& r = ref[size_t(i) * n + j];
+              r = 0.5 * s + (beta == 0.0 ? 0.0 : beta * r);
+            }
+          EXPECT_LT(rel_error(c1, ref), 1e-13) << m << "x" << n << "x" << k << " beta=" << beta << " ta=" << ta << " tb=" << tb;
+          EXPECT_LT(rel_error(c2, ref), 1e-13) << m << "x" << n << "x" << k << " beta=" << beta << " ta=" << ta << " tb=" << tb;
         }
-      EXPECT_LT(rel_error(c1, ref), 1e-14) << "ta=" << ta << " tb=" << tb;
-      EXPECT_LT(rel_error(c2, ref), 1e-14) << "ta=" << ta << " tb=" << tb;
-    }
 }
 
 TEST(Model, LayoutMatchesTheArchitectureTable) {
