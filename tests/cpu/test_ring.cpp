@@ -182,6 +182,7 @@ class StepModel {
   void wait(int dst, int src) { order.wait(size_t(dst), size_t(src)); }
   void record(int r) { order.record(size_t(r), size_t(r)); }
   void transfer(const Transfer& t, const ChunkRange& c) {
+    ASSERT_GT(c.size, 0u) << "enqueue_ring never transfers an empty chunk";
     const size_t d = size_t(t.dst), s = size_t(t.src);
     const float* in = buffers_[s].data() + c.offset;
     float* out = buffers_[d].data() + c.offset;
