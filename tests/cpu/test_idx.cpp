@@ -18,7 +18,6 @@
 #include <functional>
 #include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "byte_files.hpp"
@@ -124,20 +123,18 @@ TEST_F(IdxFiles, WrongMagicIsRejected) {
 }
 
 TEST_F(IdxFiles, TruncatedHeaderIsRejected) {
-  // Every length short of a whole header (16 bytes for images, 8 for labels), up to one byte short.
-  const Bytes images = idx_images(1), labels = idx_labels({3});
-  for (const auto& [whole, header, read] :
-       {std::tuple<const Bytes*, size_t, void (*)(const std::string&)>{
-            &images, 16, [](const std::string& p) { lenet::io::read_idx_images(p); }},
-        {&labels, 8, [](const std::string& p) { lenet::io::read_idx_labels(p); }}}) {
+  // Every length short of a whole header, down to one byte: below 4 the magic number is cut too.
+  auto expect_truncated = [&](const Bytes& whole, size_t header, void (*read)(const std::string&)) {
     for (size_t n = 1; n < header; ++n) {
-      const std::string path = write_raw("idx", Bytes(whole->begin(), whole->begin() + static_cast<std::ptrdiff_t>(n)));
-      const std::string msg = data_error_of([&, read = read] { read(path); });
+      const std::string path = write_raw("idx", Bytes(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(n)));
+      const std::string msg = data_error_of([&] { read(path); });
       EXPECT_CONTAINS(msg, path);
       EXPECT_CONTAINS(msg, n < 4 ? "truncated header (" + std::to_string(n) + " bytes)"
                                  : "truncated header (" + std::to_string(n) + " of " + std::to_string(header) + " bytes)");
     }
-  }
+  };
+  expect_truncated(idx_images(1), 16, [](const std::string& p) { lenet::io::read_idx_images(p); });
+  expect_truncated(idx_labels({3}), 8, [](const std::string& p) { lenet::io::read_idx_labels(p); });
 }
 
 TEST_F(IdxFiles, CountsAboveSixteenBitsAreRead) {
