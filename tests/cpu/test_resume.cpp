@@ -179,14 +179,6 @@ TEST(Resume, StopNeverCheckpointsNonFiniteParameters) {
   EXPECT_EQ(saved, 0);
 }
 
-TEST(Trainer, EmptyTrainingSetIsRefusedNotDividedBy) {
-  engine::CpuBackend b(1, model::init_parameters<float>(1));
-  io::FashionMnist empty;
-  empty.test = data().test;
-  std::ostringstream log;
-  EXPECT_THROW(engine::train(b, empty, options(), log, false), std::invalid_argument);
-}
-
 TEST(Resume, ResumedRunDiffersFromAFreshOne) {
   // Guards the two tests above: resuming must not simply restart from the initial parameters.
   engine::CpuBackend b(2, model::init_parameters<float>(options().seed));
@@ -195,6 +187,14 @@ TEST(Resume, ResumedRunDiffersFromAFreshOne) {
   std::ostringstream log;
   engine::train(b, data(), o, log, false);
   EXPECT_NE(b.parameters(0), uninterrupted());
+}
+
+TEST(Trainer, EmptyTrainingSetIsRefusedNotDividedBy) {
+  engine::CpuBackend b(1, model::init_parameters<float>(1));
+  io::FashionMnist empty;
+  empty.test = data().test;
+  std::ostringstream log;
+  EXPECT_THROW(engine::train(b, empty, options(), log, false), std::invalid_argument);
 }
 
 TEST(Diverging, NonFiniteLossStopsWithTheEpochNamed) {
