@@ -260,6 +260,11 @@ TEST_F(IdxFiles, DataFileThatIsNotARegularFileIsNamed) {
   std::filesystem::create_directory(dir_ / "train-labels-idx1-ubyte");
   const std::string msg = data_error_of([&] { lenet::io::find_data_file(dir_.string(), "train-labels-idx1-ubyte"); });
   EXPECT_CONTAINS(msg, dir_.string() + "/train-labels-idx1-ubyte: not a regular file");
+  // Both names taken by folders: the first name tried, the plain one, is the one named.
+  std::filesystem::create_directory(dir_ / "train-labels-idx1-ubyte.gz");
+  const std::string both = data_error_of([&] { lenet::io::find_data_file(dir_.string(), "train-labels-idx1-ubyte"); });
+  EXPECT_CONTAINS(both, dir_.string() + "/train-labels-idx1-ubyte: not a regular file");
+  std::filesystem::remove(dir_ / "train-labels-idx1-ubyte.gz");
   // A regular file beside it is still found.
   const std::string gz = write_raw("train-labels-idx1-ubyte.gz", {});
   EXPECT_EQ(lenet::io::find_data_file(dir_.string(), "train-labels-idx1-ubyte"), gz);
