@@ -22,6 +22,7 @@ inline bool parse_u64(const std::string& s, uint64_t& v) {
   const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
   return r.ec == std::errc() && r.ptr == s.data() + s.size();
 }
+inline constexpr const char* kU64Rule = "must be an integer from 0 to 2^64-1 in decimal digits without a leading zero";
 
 // A learning rate the float32 arithmetic keeps: > 0 after rounding to float32 and finite (a smaller one
 // would train nothing, a larger one overflow; NaN fails both comparisons).

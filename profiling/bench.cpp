@@ -359,8 +359,7 @@ int main(int argc, char** argv) {
   unique(o.allreduce_replicas);
   unique(o.peers);
   if (!engine::parse_u64(o.seed_text, o.seed)) {
-    std::cerr << "lenet-bench: --seed " << o.seed_text
-              << ": must be an integer from 0 to 2^64-1 in decimal digits without a leading zero" << std::endl;
+    std::cerr << "lenet-bench: --seed " << o.seed_text << ": " << engine::kU64Rule << std::endl;
     return 2;
   }
   if (!engine::float32_positive(o.lr)) {

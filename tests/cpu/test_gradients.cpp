@@ -269,8 +269,10 @@ TEST(Gemm, BlasAndPortableAgreeForEveryTransposition) {
               double& r = ref[size_t(i) * n + j];
               r = 0.5 * s + (beta == 0.0 ? 0.0 : beta * r);
             }
-          EXPECT_LT(rel_error(c1, ref), 1e-13) << m << "x" << n << "x" << k << " beta=" << beta << " ta=" << ta << " tb=" << tb;
-          EXPECT_LT(rel_error(c2, ref), 1e-13) << m << "x" << n << "x" << k << " beta=" << beta << " ta=" << ta << " tb=" << tb;
+          SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " beta=" +
+                       std::to_string(beta) + " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+          EXPECT_LT(rel_error(c1, ref), 1e-13);
+          EXPECT_LT(rel_error(c2, ref), 1e-13);
         }
 }
 
