@@ -154,8 +154,7 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
     throw UsageError(std::string(e.what()) + " (see --help)");
   }
   if (const std::string flag = option_with_empty_value(app); !flag.empty()) throw UsageError(flag + ": empty value");
-  if (!parse_u64(seed, o.train.seed))
-    throw UsageError("--seed " + seed + ": " + kU64Rule);
+  if (!parse_u64(seed, o.train.seed)) throw UsageError("--seed " + seed + ": " + kU64Rule);
   if (app.count("--num-gpus")) o.num_gpus = num_gpus;
   o.epochs_given = app.count("--epochs") > 0;
   o.seed_given = app.count("--seed") > 0;
