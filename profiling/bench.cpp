@@ -141,19 +141,31 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
       return untraced(std::string("CUPTI refused (") + e.what() + ")");
     }
     const EpochRun r = run_epoch(*backend, data, sampler, epoch++, float(o.lr), &step_starts);
-    const profiling::Activity a = trace.stop();
+    profiling::Activity a;
+    std::string failure;
+    try {
+      a = trace.stop();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
     evaluate();
+    if (!failure.empty()) return untraced("CUPTI failed (" + failure + ")");
     // E.g. a graph's kernels not traced: empty columns rather than zeros that mislead.
     if (a.kernels.empty()) return untraced("CUPTI recorded no kernels");
     if (a.dropped_records > 0)
       std::cerr << "lenet-bench: CUPTI dropped " << a.dropped_records << " records; " << row.name
                 << "'s traced columns are too low" << std::endl;
     if (timeline != nullptr) {
-      *timeline = {{"mode", mode}, {"replicas", replicas}, {"batch_size", o.batch_size}, {"steps", nlohmann::json::array()}};
-      const std::vector<profiling::BusyIdle> per_step = profiling::per_step_busy_idle(a.launched, step_starts);
-      for (size_t k = 0; k < per_step.size(); ++k)
-        (*timeline)["steps"].push_back(
-            {{"step", k}, {"kernel_ms", per_step[k].busy_seconds * 1e3}, {"idle_ms", per_step[k].idle_seconds * 1e3}});
+      try {  // per step: time some kernel runs (overlapping kernels once) and idle time, for plot.py
+        nlohmann::json steps = nlohmann::json::array();
+        const std::vector<profiling::BusyIdle> per_step = profiling::per_step_busy_idle(a.launched, step_starts);
+        for (size_t k = 0; k < per_step.size(); ++k)
+          steps.push_back({{"step", k}, {"busy_ms", per_step[k].busy_seconds * 1e3},
+                           {"idle_ms", per_step[k].idle_seconds * 1e3}});
+        *timeline = {{"mode", mode}, {"replicas", replicas}, {"batch_size", o.batch_size}, {"steps", steps}};
+      } catch (const std::runtime_error& e) {
+        std::cerr << "lenet-bench: no timeline for " << row.name << ": " << e.what() << std::endl;
+      }
     }
     const profiling::BusyIdle bi = profiling::busy_and_idle(a.kernels);
     const double n = double(r.steps);

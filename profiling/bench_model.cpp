@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -43,10 +44,33 @@ BusyIdle busy_and_idle(std::vector<Interval> kernels) {
 std::vector<BusyIdle> per_step_busy_idle(const std::vector<LaunchedKernel>& kernels,
                                          const std::vector<uint64_t>& step_starts) {
   std::vector<std::vector<Interval>> by_step(step_starts.size());
+  std::vector<const LaunchedKernel*> graph_kernels;
   for (const LaunchedKernel& k : kernels) {
+    if (k.graph != 0) {
+      graph_kernels.push_back(&k);
+      continue;
+    }
     const auto after = std::upper_bound(step_starts.begin(), step_starts.end(), k.launched);
     if (after == step_starts.begin()) continue;
     by_step[size_t(after - step_starts.begin()) - 1].push_back(k.run);
+  }
+  std::sort(graph_kernels.begin(), graph_kernels.end(),
+            [](const LaunchedKernel* a, const LaunchedKernel* b) { return a->run.start < b->run.start; });
+  std::map<std::pair<uint32_t, uint64_t>, size_t> node_runs;  // (graph, node) -> runs so far
+  std::map<std::pair<uint32_t, size_t>, size_t> replays;      // (graph, run number) -> its rank by first start
+  for (const LaunchedKernel* k : graph_kernels) {
+    const size_t run = node_runs[{k->graph, k->graph_node}]++;
+    const size_t replay = replays.try_emplace({k->graph, run}, replays.size()).first->second;
+    if (replay < by_step.size()) by_step[replay].push_back(k->run);
+  }
+  if (!replays.empty() && replays.size() != by_step.size())
+    throw std::runtime_error("the graphs' kernels make " + std::to_string(replays.size()) + " replays for " +
+                             std::to_string(by_step.size()) + " steps");
+  for (const auto& [node, runs] : node_runs) {
+    const size_t first = node_runs.lower_bound({node.first, 0})->second;
+    if (runs != first)
+      throw std::runtime_error("graph " + std::to_string(node.first) + ": one node ran " + std::to_string(first) +
+                               " times, another " + std::to_string(runs));
   }
   std::vector<BusyIdle> out;
   for (auto& step : by_step) out.push_back(busy_and_idle(std::move(step)));

@@ -24,16 +24,23 @@ struct BusyIdle {
 };
 BusyIdle busy_and_idle(std::vector<Interval> kernels);
 
-// A kernel and the time its launch was called on the host (the API record with the same CUPTI
-// correlation id: the kernel launch itself, or the cudaGraphLaunch that replayed it).
+// A kernel with the time its launch was called on the host (the API record with the same CUPTI
+// correlation id) or, for a kernel a graph ran, the graph and node it belongs to.
 struct LaunchedKernel {
   Interval run;
   uint64_t launched = 0;
+  uint32_t graph = 0;  // 0: launched directly
+  uint64_t graph_node = 0;
 };
 
-// Busy and idle time per training step: a kernel belongs to the step during whose host call it was
-// launched (step k's call starts at step_starts[k], on CUPTI's clock). Kernels launched before the first
-// step are left out.
+// Busy and idle time per training step. A kernel launched directly belongs to the step during whose
+// host call it was launched (step k's call starts at step_starts[k], on CUPTI's clock); kernels launched
+// before the first step are left out. A graph's kernels are not matched to their launch by correlation
+// id: CUPTI before 13.1 Update 1 gives graph launches wrong ids in every tracing session after the first
+// (its release notes). Every step launches one graph instead, replays run one after another (each
+// graph is one unit of work on its launch stream), and a node runs once per replay of its graph: the
+// j-th run of a node is its graph's j-th replay, and the i-th replay to start is step i. Throws
+// std::runtime_error when the graph kernels make another number of replays than there are steps.
 std::vector<BusyIdle> per_step_busy_idle(const std::vector<LaunchedKernel>& kernels,
                                          const std::vector<uint64_t>& step_starts);
 

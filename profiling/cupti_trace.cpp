@@ -19,7 +19,7 @@ namespace {
 std::mutex g_mutex;
 Activity g_activity;  // filled by CUPTI's buffer-completed callback, possibly on its own thread
 // Correlation ids: kernel -> its launch (runtime or driver API record) -> when that call started.
-std::vector<std::pair<uint32_t, Interval>> g_kernel_correlation;
+std::vector<std::pair<uint32_t, LaunchedKernel>> g_kernel_correlation;
 std::unordered_map<uint32_t, uint64_t> g_api_start;
 
 void check(CUptiResult rc, const char* call) {
@@ -46,7 +46,8 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
         g_activity.kernels.push_back({k->start, k->end, k->deviceId});
-        g_kernel_correlation.push_back({k->correlationId, {k->start, k->end, k->deviceId}});
+        g_kernel_correlation.push_back(
+            {k->correlationId, {{k->start, k->end, k->deviceId}, 0, k->graphId, k->graphNodeId}});
         if (k->graphId == 0) ++g_activity.host_launched_kernels;
         if (k->name != nullptr && std::strstr(k->name, "add_into_kernel") != nullptr)
           g_activity.allreduce_seconds += double(k->end - k->start) * 1e-9;
@@ -117,15 +118,26 @@ void CuptiTrace::start() {
 }
 
 Activity CuptiTrace::stop() {
-  check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
-  for (CUpti_ActivityKind kind : kKinds) check(cuptiActivityDisable(kind), "cuptiActivityDisable");
+  // Every kind is disabled even when the flush fails: nothing after this may be traced.
+  const CUptiResult flushed = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  CUptiResult disabled = CUPTI_SUCCESS;
+  for (CUpti_ActivityKind kind : kKinds) {
+    const CUptiResult rc = cuptiActivityDisable(kind);
+    if (disabled == CUPTI_SUCCESS) disabled = rc;
+  }
+  check(flushed, "cuptiActivityFlushAll");
+  check(disabled, "cuptiActivityDisable");
   size_t dropped = 0;
   check(cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped), "cuptiActivityGetNumDroppedRecords");
   std::lock_guard<std::mutex> lock(g_mutex);
   g_activity.dropped_records = dropped;
-  for (const auto& [correlation, run] : g_kernel_correlation) {
-    const auto api = g_api_start.find(correlation);
-    if (api != g_api_start.end()) g_activity.launched.push_back({run, api->second});
+  for (auto& [correlation, kernel] : g_kernel_correlation) {
+    if (kernel.graph == 0) {  // a graph's kernels are placed by node, not by their launch (bench_model.hpp)
+      const auto api = g_api_start.find(correlation);
+      if (api == g_api_start.end()) continue;
+      kernel.launched = api->second;
+    }
+    g_activity.launched.push_back(kernel);
   }
   return std::move(g_activity);
 }

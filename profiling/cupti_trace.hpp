@@ -12,7 +12,8 @@ namespace lenet::profiling {
 
 struct Activity {
   std::vector<Interval> kernels;
-  std::vector<LaunchedKernel> launched;  // the same kernels with their host launch times, where known
+  // The same kernels with their graph node, or with their host launch time where CUPTI recorded it.
+  std::vector<LaunchedKernel> launched;
   size_t host_launched_kernels = 0;  // kernels not launched by a graph (graphId 0)
   size_t graph_launches = 0;         // cudaGraphLaunch calls
   // Time of the allreduce's work: our add kernels plus device-to-device and peer copies (the only ones
@@ -32,7 +33,9 @@ class CuptiTrace {
   static void prepare();
   // Throws std::runtime_error (with every activity kind disabled again) when CUPTI refuses.
   void start();
-  Activity stop();  // flushes every buffer, then disables the activity kinds
+  // Flushes every buffer, then disables the activity kinds; throws std::runtime_error (with every kind
+  // disabled) when CUPTI fails.
+  Activity stop();
   static uint64_t now();  // CUPTI's clock, the one activity records are stamped with
 };
 

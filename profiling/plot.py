@@ -6,11 +6,11 @@
 Reads JSON and JSON Lines files (folders are searched for *.json and *.jsonl) holding any of:
   - benchmark rows (lenet-bench's {"rows": [...]}, a PyTorch peer's single row, or a list of rows),
   - lenet-train metrics lines (--metrics: one object per epoch),
-  - timelines ({"mode": ..., "steps": [{"step": k, "kernel_ms": x, "idle_ms": y}, ...]}, timeline-*.json),
+  - timelines ({"mode": ..., "steps": [{"step": k, "busy_ms": x, "idle_ms": y}, ...]}, timeline-*.json),
 and writes, each only when its data is there:
   accuracy.png           test accuracy per epoch, one line per configuration (the source text's plot)
   seconds_per_epoch.png  seconds per epoch per implementation and replica count
-  timeline.png           per step, kernel time and idle time, one panel per timeline
+  timeline.png           per step, busy time (kernels running) and idle time, one panel per timeline
 Exit status: 0 done, 1 cannot write, 2 usage error, unreadable JSON or nothing usable; errors are one line.
 """
 
@@ -238,12 +238,12 @@ def timeline_panels(timelines):
     for path, t in timelines:
         steps = []
         for i, s in enumerate(t["steps"]):
-            if not isinstance(s, dict) or not is_number(s.get("kernel_ms")) or not is_number(s.get("idle_ms")):
+            if not isinstance(s, dict) or not is_number(s.get("busy_ms")) or not is_number(s.get("idle_ms")):
                 steps = None
                 break
-            steps.append((s.get("step", i) if is_number(s.get("step", i)) else i, s["kernel_ms"], s["idle_ms"]))
+            steps.append((s.get("step", i) if is_number(s.get("step", i)) else i, s["busy_ms"], s["idle_ms"]))
         if not steps:
-            print(f"{PROG}: {path}: timeline without usable steps (each needs numeric kernel_ms and idle_ms); "
+            print(f"{PROG}: {path}: timeline without usable steps (each needs numeric busy_ms and idle_ms); "
                   "skipped", file=sys.stderr)
             continue
         steps.sort()
@@ -328,12 +328,12 @@ def draw_timeline(plt, panels, out_dir):
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.6 * len(panels) + 0.6), sharey=True, squeeze=False)
     for ax, (mode, path, t, steps) in zip(axes[:, 0], panels):
         x = [s[0] for s in steps]
-        kernel = [s[1] for s in steps]
+        busy = [s[1] for s in steps]
         idle = [s[2] for s in steps]
-        ax.bar(x, kernel, width=1.0, color="tab:blue", label="kernel")
-        ax.bar(x, idle, width=1.0, bottom=kernel, color="tab:orange", label="idle")
+        ax.bar(x, busy, width=1.0, color="tab:blue", label="kernels running")
+        ax.bar(x, idle, width=1.0, bottom=busy, color="tab:orange", label="idle")
         extra = f", R={t['replicas']}" if "replicas" in t else ""
-        ax.set_title(f"{mode}{extra}: {three_digits(sum(kernel) / len(kernel))} ms kernel + "
+        ax.set_title(f"{mode}{extra}: {three_digits(sum(busy) / len(busy))} ms busy + "
                      f"{three_digits(sum(idle) / len(idle))} ms idle per step ({stem(path)})", fontsize="small")
         ax.set_ylabel("ms")
         ax.legend(fontsize="x-small", loc="upper right")

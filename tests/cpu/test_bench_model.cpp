@@ -67,6 +67,31 @@ TEST(BenchModel, KernelsGoToTheStepThatLaunchedThem) {
   EXPECT_EQ(per_step_busy_idle({{{1, 2, 0}, 5}}, {10}).at(0).busy_seconds, 0.0) << "launched before the first step";
 }
 
+TEST(BenchModel, GraphKernelsGoToTheReplaysInTheirOrder) {
+  // Four steps alternate two graphs (7: nodes 1, 2; 9: nodes 3, 4). The graph kernels' launch times are
+  // deliberately wrong (as CUPTI 13.0's correlation ids can make them): only node runs place them.
+  auto graph_kernel = [](uint64_t start, uint64_t end, uint32_t graph, uint64_t node) {
+    return LaunchedKernel{{start, end, 0}, 0, graph, node};
+  };
+  const std::vector<LaunchedKernel> k = {
+      graph_kernel(1230, 1231, 7, 2), graph_kernel(1105, 1140, 9, 4), graph_kernel(1000, 1010, 7, 1),
+      graph_kernel(1300, 1302, 9, 3), graph_kernel(1200, 1230, 7, 1), graph_kernel(1020, 1030, 7, 2),
+      graph_kernel(1100, 1105, 9, 3), graph_kernel(1310, 1312, 9, 4),
+      {{1150, 1160, 0}, 150}};  // launched directly, in step 1
+  const std::vector<BusyIdle> steps = per_step_busy_idle(k, {0, 100, 200, 300});
+  ASSERT_EQ(steps.size(), 4u);
+  const double busy[] = {20, 40 + 10, 31, 4}, idle[] = {10, 10, 0, 8};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_NEAR(steps[i].busy_seconds, busy[i] * 1e-9, 1e-18) << "step " << i;
+    EXPECT_NEAR(steps[i].idle_seconds, idle[i] * 1e-9, 1e-18) << "step " << i;
+  }
+  // Four replays for three steps, and a node that missed a replay: no timeline rather than a wrong one.
+  EXPECT_THROW(per_step_busy_idle(k, {0, 100, 200}), std::runtime_error);
+  std::vector<LaunchedKernel> missing = k;
+  missing.erase(missing.begin());  // graph 7 node 2's second run
+  EXPECT_THROW(per_step_busy_idle(missing, {0, 100, 200, 300}), std::runtime_error);
+}
+
 TEST(BenchModel, PeakAndProjection) {
   EXPECT_EQ(fp32_lanes_per_sm(9, 0), 128);
   EXPECT_EQ(fp32_lanes_per_sm(8, 0), 64);   // A100
