@@ -198,7 +198,7 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
     peers=()
     for variant in textbook graphs; do
       if step "peer $variant" 240 python3 profiling/peers/lenet_peer.py --variant $variant --num-gpus 1 --epochs 3 \
-        --data-dir "$data" --json "$out/peer-$variant.json"; then
+        --profile-steps 50 --data-dir "$data" --json "$out/peer-$variant.json"; then
         peers+=("$out/peer-$variant.json")
       fi
     done

@@ -424,6 +424,12 @@ class Graphs:
                     q.sub_(self.lr * gq / rows)
             self.step_no.add_(1)
 
+    def warm_up(self):
+        """Three eager steps, each as step 0: an epoch may have fewer than three steps."""
+        for _ in range(3):
+            self.step_no.zero_()
+            self._step()
+
     def capture(self):
         torch = self.torch
         saved = [[q.detach().clone() for q in p] for p in self.replicas]
@@ -432,8 +438,7 @@ class Graphs:
         # Warm-up outside the graph (cuDNN/cuBLAS handles, workspaces, autograd state), on a side stream
         # as capture requires; its updates are undone below.
         with torch.cuda.stream(side):
-            for _ in range(3):
-                self._step()
+            self.warm_up()
         torch.cuda.current_stream(self.device).wait_stream(side)
         torch.cuda.synchronize(self.device)
         self.graph = torch.cuda.CUDAGraph()

@@ -243,6 +243,17 @@ class PeerGraphsStepOnCpu(unittest.TestCase):
                 for other in g.replicas[1:]:
                     self.assertTrue(torch.equal(flat(other), got))
 
+    def test_warm_up_stays_in_an_epoch_of_one_step(self):
+        import torch
+        import torch.nn.functional as F
+        peer = load_peer_module()
+        gen = torch.Generator().manual_seed(4)
+        x = torch.randint(0, 256, (5, 1, 28, 28), generator=gen, dtype=torch.int64).to(torch.uint8)
+        g = peer.Graphs(torch, F, peer.init_params(torch, 1), torch.device("cpu"), 2, 0.2, 8, x,
+                        torch.randint(0, 10, (5,), generator=gen))
+        g.warm_up()  # the permutation has rows for one step only
+        self.assertEqual(int(g.step_no), 1)
+
 
 class PeerErrors(WithDataset):
     """Usage errors are found before torch is imported; data errors need torch to get that far."""
