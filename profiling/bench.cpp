@@ -156,7 +156,7 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
       std::cerr << "lenet-bench: CUPTI dropped " << a.dropped_records << " records; " << row.name
                 << "'s traced columns are too low" << std::endl;
     if (timeline != nullptr) {
-      try {  // per step: time some kernel runs (overlapping kernels once) and idle time, for plot.py
+      try {  // per step: busy time (overlapping kernels count once) and idle time, for plot.py
         nlohmann::json steps = nlohmann::json::array();
         const std::vector<profiling::BusyIdle> per_step = profiling::per_step_busy_idle(a.launched, step_starts);
         for (size_t k = 0; k < per_step.size(); ++k)
