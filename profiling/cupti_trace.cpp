@@ -88,6 +88,16 @@ constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, 
                                          CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_RUNTIME,
                                          CUPTI_ACTIVITY_KIND_DRIVER};
 
+// Disables every kind, even past a failure; returns the first failure.
+CUptiResult disable_all() {
+  CUptiResult first = CUPTI_SUCCESS;
+  for (CUpti_ActivityKind kind : kKinds) {
+    const CUptiResult rc = cuptiActivityDisable(kind);
+    if (first == CUPTI_SUCCESS) first = rc;
+  }
+  return first;
+}
+
 }  // namespace
 
 bool CuptiTrace::available() { return true; }
@@ -112,7 +122,7 @@ void CuptiTrace::start() {
   try {
     for (CUpti_ActivityKind kind : kKinds) check(cuptiActivityEnable(kind), "cuptiActivityEnable");
   } catch (...) {
-    for (CUpti_ActivityKind kind : kKinds) cuptiActivityDisable(kind);
+    disable_all();
     throw;
   }
 }
@@ -120,11 +130,7 @@ void CuptiTrace::start() {
 Activity CuptiTrace::stop() {
   // Every kind is disabled even when the flush fails: nothing after this may be traced.
   const CUptiResult flushed = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-  CUptiResult disabled = CUPTI_SUCCESS;
-  for (CUpti_ActivityKind kind : kKinds) {
-    const CUptiResult rc = cuptiActivityDisable(kind);
-    if (disabled == CUPTI_SUCCESS) disabled = rc;
-  }
+  const CUptiResult disabled = disable_all();
   check(flushed, "cuptiActivityFlushAll");
   check(disabled, "cuptiActivityDisable");
   size_t dropped = 0;
