@@ -230,7 +230,8 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
 
   // The first candidate whose workspace query succeeds for every row count, within the cap, and that
   // then runs once at the largest row count: a heuristic's list is not a promise that an algorithm
-  // runs under FMA math, and a failure here is a skipped candidate instead of a failed training step.
+  // runs under FMA math, and a failing cuDNN status here is a skipped candidate instead of a failed
+  // training step (a fault on the device is sticky and still ends the run, named).
   // The descriptor's math type is CUDNN_FMA_MATH from the algorithm query on (the callers set it).
   auto pick = [&](const char* what, const std::vector<int>& candidates,
                   const std::function<cudnnStatus_t(int, size_t*)>& query,

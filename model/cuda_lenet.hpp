@@ -68,8 +68,8 @@ class CudaLenet {
   const DeviceBuffer<float>& param_buffer() const { return params_; }
   const DeviceBuffer<float>& grad_buffer() const { return grads_; }
 
-  // Enqueued on the stream the context is bound to. rows may be 0: forward and loss do nothing and
-  // backward zeroes the gradient. Inputs default to the replica's own x() and labels(); the graph mode
+  // Enqueued on the stream the context is bound to. rows may be 0: forward does nothing, loss only
+  // counts the step for the tracker, and backward zeroes the gradient. Inputs default to the replica's own x() and labels(); the graph mode
   // passes its staging buffers instead.
   void forward(int rows, const float* x = nullptr);
   // Training and evaluation count into separate accumulators.
@@ -80,11 +80,12 @@ class CudaLenet {
   void backward(int rows, const float* x = nullptr);  // gradients of the summed loss, overwritten
   const float* logits() const { return logits_.get(); }
   void zero_stats(Slot slot);
-  // Synchronous. For kTrainStats, `first_nonfinite_step` (if given) receives the index, among the steps
-  // since zero_stats, of the first whose loss on this replica was not finite, or -1.
+  // Waits for the context's stream only: work captured into a graph launched on another stream must be
+  // waited for by the caller first. For kTrainStats, `first_nonfinite_step` (if given) receives the
+  // index, among the steps since zero_stats, of the first whose loss on this replica was not finite, or -1.
   model::StepStats read_stats(Slot slot, int64_t* first_nonfinite_step = nullptr) const;
 
-  HostActivations download_activations(int rows) const;
+  HostActivations download_activations(int rows) const;  // waits as read_stats does
   // The chosen convolution algorithms, for the log.
   const std::string& algorithms() const { return algorithms_; }
 
