@@ -78,7 +78,6 @@ CudaGraphBackend::CudaGraphBackend(const CudaPlacement& placement, const std::ve
   if (n_gpus < 1 || n_rep < 1) throw std::invalid_argument("CudaGraphBackend: no GPU or no replica");
   if (initial_parameters.size() != model::kNumParameters) throw std::invalid_argument("CudaGraphBackend: parameters");
   if (placement.train_batch_rows.empty()) throw std::invalid_argument("CudaGraphBackend: no minibatch size");
-  enable_peer_access(n_gpus);
   size_t largest_chunk = 0;
   for (const ChunkRange& c : ring_.chunks()) largest_chunk = std::max(largest_chunk, c.size);
 
@@ -124,14 +123,9 @@ CudaGraphBackend::CudaGraphBackend(const CudaPlacement& placement, const std::ve
   // are documented for eager copies only, so the graph mode asks for peer access.
   for (int r = 0; r < n_rep; ++r) {
     const int a = replicas_[size_t(r)]->device, b = replicas_[size_t((r + 1) % n_rep)]->device;
-    int ab = 1, ba = 1;
-    if (a != b) {
-      LENET_CUDA_CHECK(cudaDeviceCanAccessPeer(&ab, a, b));
-      LENET_CUDA_CHECK(cudaDeviceCanAccessPeer(&ba, b, a));
-    }
-    if (!ab || !ba) {
+    if (!enable_peer_access(a, b) || !enable_peer_access(b, a)) {
       throw cuda::CudaError("graph mode needs peer access between cuda:" + std::to_string(a) + " and cuda:" +
-                            std::to_string(b) + ", which these GPUs do not offer; use --mode naive");
+                            std::to_string(b) + ", which could not be enabled; use --mode naive");
     }
   }
   const int root = replicas_[0]->device;
@@ -163,9 +157,12 @@ CudaGraphBackend::CudaGraphBackend(const CudaPlacement& placement, const std::ve
 }
 
 CudaGraphBackend::~CudaGraphBackend() {
-  try {
-    synchronize();
-  } catch (...) {  // nothing useful to do about an error while tearing down
+  // Every stream, even after an error on one: no graph or copy may still use what is freed next.
+  // Errors are ignored, there is nothing useful to do about them while tearing down.
+  for (auto& rep : replicas_) {
+    cuda::QuietDeviceGuard guard(rep->device);
+    cudaStreamSynchronize(rep->copy.get());
+    cudaStreamSynchronize(rep->compute.get());
   }
 }
 

@@ -17,7 +17,8 @@ CudaNaiveBackend::CudaNaiveBackend(const CudaPlacement& placement, const std::ve
   if (initial_parameters.size() != model::kNumParameters) throw std::invalid_argument("CudaNaiveBackend: parameters");
   if (placement.train_batch_rows.empty()) throw std::invalid_argument("CudaNaiveBackend: no minibatch size");
   for (int g = 0; g < n_gpus; ++g) contexts_.push_back(std::make_unique<cuda::DeviceContext>(g));
-  enable_peer_access(n_gpus);
+  for (int i = 0; i < n_gpus; ++i)
+    for (int j = 0; j < n_gpus; ++j) enable_peer_access(i, j);  // where it cannot, copies go through the host
 
   const int largest_eval = placement.eval_batch_rows.empty()
                                ? 0

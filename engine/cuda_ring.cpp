@@ -9,21 +9,19 @@
 
 namespace lenet::engine {
 
-void enable_peer_access(int num_gpus) {
-  for (int i = 0; i < num_gpus; ++i)
-    for (int j = 0; j < num_gpus; ++j) {
-      if (i == j) continue;
-      int can = 0;
-      LENET_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, i, j));
-      if (!can) continue;  // eager copies between them then go through the host (the graph mode refuses)
-      cuda::DeviceGuard guard(i);
-      const cudaError_t rc = cudaDeviceEnablePeerAccess(j, 0);
-      if (rc == cudaErrorPeerAccessAlreadyEnabled) {
-        cudaGetLastError();
-      } else {
-        LENET_CUDA_CHECK(rc);
-      }
-    }
+bool enable_peer_access(int from, int to) {
+  if (from == to) return true;
+  int can = 0;
+  LENET_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, from, to));
+  if (!can) return false;
+  cuda::DeviceGuard guard(from);
+  const cudaError_t rc = cudaDeviceEnablePeerAccess(to, 0);
+  if (rc == cudaErrorPeerAccessAlreadyEnabled || rc == cudaErrorTooManyPeers) {
+    cudaGetLastError();  // neither error is sticky; clear it so the next check does not report it
+    return rc == cudaErrorPeerAccessAlreadyEnabled;
+  }
+  LENET_CUDA_CHECK(rc);
+  return true;
 }
 
 namespace {

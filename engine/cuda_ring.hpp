@@ -18,9 +18,10 @@ class CudaLenet;
 
 namespace lenet::engine {
 
-// Enables peer access between every pair of GPUs 0..num_gpus-1 that supports it; copies between the
-// others still work, staged through the host by the driver.
-void enable_peer_access(int num_gpus);
+// Lets GPU `from` access the memory of GPU `to` if the hardware offers it and the driver's limit on
+// peers allows; returns whether it now can (true when from == to). Eager copies between GPUs without
+// peer access still work, staged through the host by the driver.
+bool enable_peer_access(int from, int to);
 
 // One line for the log: where a replica runs and which cuDNN algorithms it chose.
 std::string describe_replica(size_t index, const cuda::CudaLenet& net);

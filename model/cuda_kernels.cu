@@ -78,6 +78,7 @@ __global__ void sgd_update_kernel(float* w, const float* g, size_t n, float scal
 
 __global__ void sgd_update_device_scale_kernel(float* w, const float* g, size_t n, const float* scale) {
   const float sc = *scale;
+  if (sc == 0.0f) return;  // w - 0 * g is w, even where g is not finite (the graph mode's warm-up step)
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     w[i] -= sc * g[i];
 }

@@ -63,6 +63,16 @@ TEST(CudaGraph, ElevenStepsMatchNaiveAndCpu) {
   }
 }
 
+// The start-up's warm-up step (every row masked, zero learning rate) must not touch the parameters,
+// even ones large enough that the forward pass overflows and the masked gradient is inf * 0 = NaN.
+TEST(CudaGraph, StartUpLeavesEvenOverflowingParametersAsTheyAre) {
+  LENET_REQUIRE_GPU();
+  const std::vector<float> start(model::kNumParameters, 1e30f);
+  engine::CudaGraphBackend graph(one_gpu(2), start);
+  EXPECT_EQ(graph.parameters(0), start);
+  EXPECT_EQ(graph.parameters(1), start);
+}
+
 TEST(CudaGraph, SameSeedGivesTheSameBits) {
   LENET_REQUIRE_GPU();
   const std::vector<float> start = model::init_parameters<float>(12);
