@@ -17,7 +17,9 @@
 # order; default all but gputests and accuracy, which are skipped when tests is given: gputests runs the
 # GPU-labelled tests but the slow accuracy test, accuracy runs that one alone. When one run's time is
 # short, correctness first: "gputests sanitizers", then "accuracy experiment", then "sweep bench cpu",
-# each into its own OUTDIR; the build folder is reused when the tree is kept).
+# each into its own OUTDIR; the build folder is reused when the tree is kept). Where only a few files
+# come back from the host, give a scratch OUTDIR and pack it afterwards: the budget ends every step in
+# time for that (e.g. LENET_CHECK_BUDGET=420 profiling/gpu-check.sh /tmp/gc; tar czf DEST.tgz -C /tmp/gc .).
 set -uo pipefail
 case ${1:-} in
   -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -118,12 +120,27 @@ fi
 [[ -d $bundle/googletest && ! -f /usr/lib/x86_64-linux-gnu/libgtest.a && ! -f /usr/lib/libgtest.a ]] &&
   cmake_args+=("-DLENET_GTEST_SOURCE_DIR=$bundle/googletest")
 [[ -d $bundle/include ]] && cmake_args+=("-DLENET_EXTRA_INCLUDE_DIR=$bundle/include")
+# CUPTI (lenet-bench's kernel columns): the toolkit's, else PyTorch's wheel (nvidia-cuda-cupti).
+if ! ls "$cuda_dir"/extras/CUPTI/lib64/libcupti.so* >/dev/null 2>&1; then
+  cupti_lib=$(python3 -c 'import glob, nvidia
+print(min((p for d in nvidia.__path__ for p in glob.glob(d + "/*/lib/libcupti.so*")), default=""))' 2>/dev/null || true)
+  cupti_dir=$(dirname "$(dirname "$cupti_lib")")
+  if [[ -n $cupti_lib && -f $cupti_dir/include/cupti.h ]]; then
+    echo "CUPTI from $cupti_lib"
+    cmake_args+=("-DCUDA_cupti_LIBRARY=$cupti_lib" "-DCUDAToolkit_CUPTI_INCLUDE_DIR=$cupti_dir/include")
+    export LD_LIBRARY_PATH="$cupti_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+fi
+# The Python tests with the python3 on PATH (the one holding PyTorch on GPU hosts), not Debian's.
+command -v python3 >/dev/null && cmake_args+=("-DLENET_PYTHON=$(command -v python3)")
 command -v ninja >/dev/null && cmake_args+=(-G Ninja)
-# Build for the GPU that is here (CMake >= 3.24 understands "native"); CMAKE_CUDA_ARCHITECTURES wins.
+# Build for the GPU that is here, as nvidia-smi names its compute capability (9.0 -> 90), without the
+# test program CMake's "native" compiles and runs; CMAKE_CUDA_ARCHITECTURES wins.
+gpu_arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
 if [[ -n ${CMAKE_CUDA_ARCHITECTURES:-} ]]; then
   cmake_args+=("-DCMAKE_CUDA_ARCHITECTURES=$CMAKE_CUDA_ARCHITECTURES")
-elif ((gpus > 0)); then
-  cmake_args+=(-DCMAKE_CUDA_ARCHITECTURES=native)
+elif [[ $gpu_arch =~ ^[0-9]+$ ]]; then
+  cmake_args+=("-DCMAKE_CUDA_ARCHITECTURES=$gpu_arch")
 fi
 
 # Data: raw IDX files in a scratch folder, so the check does not depend on zlib being there.
@@ -153,7 +170,9 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
   # compute-sanitizer on short runs of both modes (two replicas sharing GPU 0; 600 examples make two
   # full minibatches and a partial one). A failed CUDA call in our code already fails the run itself;
   # the sanitizer's verdict is about memory errors (memcheck) and shared-memory races (racecheck,
-  # hazards of error severity), not about the calls cuDNN and cuBLAS make and handle inside.
+  # hazards of error severity), not about the calls cuDNN and cuBLAS make and handle inside. Racecheck
+  # looks only at this project's kernels (namespace lenet): shared-memory hazards inside cuDNN's and
+  # cuBLAS's kernels are not ours to fix, and instrumenting them costs most of the step's time.
   if ! phase sanitizers; then
     :
   elif command -v compute-sanitizer >/dev/null; then
@@ -161,7 +180,11 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
     for tool in ${LENET_CHECK_SANITIZERS:-memcheck racecheck}; do
       args=(--tool "$tool" --error-exitcode 99)
       [[ $sanitizer_help == *--report-api-errors* ]] && args+=(--report-api-errors no)
-      [[ $tool == racecheck && $sanitizer_help == *--racecheck-detect-level* ]] && args+=(--racecheck-detect-level error)
+      if [[ $tool == racecheck ]]; then
+        [[ $sanitizer_help == *--racecheck-detect-level* ]] && args+=(--racecheck-detect-level error)
+        if [[ $sanitizer_help == *--kernel-name* ]]; then args+=(--kernel-name kns=lenet)
+        elif [[ $sanitizer_help == *--kernel-regex* ]]; then args+=(--kernel-regex kns=lenet); fi
+      fi
       for mode in graph naive; do
         step "sanitizer $tool $mode" 150 compute-sanitizer "${args[@]}" --log-file "$out/sanitizer-$tool-$mode.txt" \
           "$train" --backend cuda --mode $mode --num-gpus 1 --replicas 2 --epochs 1 --train-limit 600 --test-limit 300 --quiet
@@ -225,10 +248,22 @@ echo "=== summary"
   python3 - "$out" <<'PY' || echo "(no metrics summary: python3 failed)"
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
+
+
+def records(f):  # a line cut off by a step's time limit is left out, not the whole summary
+    found = []
+    for line in f.read_text().splitlines():
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            pass
+    return found
+
+
 rows = []
 sweep = {}
 for f in sorted(out.glob("sweep/*.jsonl")):
-    lines = [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
+    lines = records(f)
     if lines:
         l = lines[-1]
         sweep[(l["batch_size"], l["replicas"], l["mode"])] = l["epoch_seconds"] * 60000 / 16384
@@ -243,7 +278,7 @@ if sweep:
         print("| %d | %d | %s | %s | %s |" % (b, r, "%.3f" % n if n else "-", "%.3f" % g if g else "-", ratio))
     print()
 for f in sorted(out.glob("*.jsonl")):
-    lines = [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
+    lines = records(f)
     if not lines:
         continue
     last = lines[-1]
