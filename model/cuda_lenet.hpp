@@ -69,8 +69,8 @@ class CudaLenet {
   const DeviceBuffer<float>& grad_buffer() const { return grads_; }
 
   // Enqueued on the stream the context is bound to. rows may be 0: forward does nothing, loss only
-  // counts the step for the tracker, and backward zeroes the gradient. Inputs default to the replica's own x() and labels(); the graph mode
-  // passes its staging buffers instead.
+  // counts the step for the tracker, and backward zeroes the gradient. Inputs default to the replica's
+  // own x() and labels(); the graph mode passes its staging buffers instead.
   void forward(int rows, const float* x = nullptr);
   // Training and evaluation count into separate accumulators.
   enum Slot { kTrainStats = 0, kEvalStats = 1 };
