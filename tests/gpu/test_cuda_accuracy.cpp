@@ -1,10 +1,16 @@
 // Real training runs on all the data against the CPU backend from the same seed: the naive mode for three
-// epochs (R = 2) and the graph mode for the source text's ten epochs at batch 256, lr 0.2 (R = 1 and 2),
-// each within 0.02 of the CPU backend's test accuracy after the same number of epochs. Not tighter:
-// float32 summation-order differences are amplified while the loss leaves its plateau (an independent
-// implementation with 1 and 3 replicas from the same seed differed by 0.009 after epoch 3 and by 0.005
-// after epoch 4).
+// epochs (R = 2) and the graph mode for the source text's ten epochs at batch 256, lr 0.2 (R = 1 and 2).
+// Compared: the epoch's mean training loss and training accuracy, and the best test accuracy of the last
+// three epochs, not one epoch's test accuracy. float32 summation-order differences are amplified while
+// the loss leaves its ln 10 plateau, and test accuracy at lr 0.2 swings by 0.02 to 0.05 from one epoch
+// to the next: three CPU runs from seed 1 that differ only in summation order (profiling/results/
+// 2026-11-30-cpu-2core*, -waves) had after epoch 3 training losses 0.719 to 0.736 (2.3 %), training
+// accuracies 0.7217 to 0.7267, and test accuracies 0.708 to 0.740; after epoch 10 training losses 0.3891
+// to 0.3935 (1.1 %) and best test accuracies of epochs 8 to 10 of 0.836 to 0.844. The bounds are about
+// twice those spreads; a wrong gradient or update moves these numbers by far more.
+#include <algorithm>
 #include <sstream>
+#include <string>
 
 #include "engine/cpu_backend.hpp"
 #include "engine/cuda_graph_backend.hpp"
@@ -35,19 +41,33 @@ TEST(CudaAccuracy, NaiveThreeEpochsAndGraphTenEpochsReachTheCpuAccuracy) {
   std::ostringstream log;
   engine::CpuBackend cpu(1, start);
   const engine::TrainResult reference = engine::train(cpu, data, opt, log, false);
-  const double cpu3 = reference.epochs[2].test_acc, cpu10 = reference.epochs[9].test_acc;
+  auto best_of_last_three = [](const engine::TrainResult& r) {
+    double best = 0;
+    for (size_t e = r.epochs.size() - 3; e < r.epochs.size(); ++e) best = std::max(best, r.epochs[e].test_acc);
+    return best;
+  };
+  // Epoch `e` (1-based) of `got` against the CPU's.
+  auto expect_close = [&](const engine::TrainResult& got, size_t e, double loss_rel, const std::string& what) {
+    ASSERT_GE(got.epochs.size(), e) << what;
+    const engine::EpochMetrics &g = got.epochs[e - 1], &c = reference.epochs[e - 1];
+    EXPECT_NEAR(g.train_loss, c.train_loss, loss_rel * c.train_loss) << what << ", epoch " << e << " training loss";
+    EXPECT_NEAR(g.train_acc, c.train_acc, 0.01) << what << ", epoch " << e << " training accuracy";
+  };
 
   engine::TrainOptions three = opt;
   three.epochs = 3;
   engine::CudaNaiveBackend naive(placement(2), start);
-  EXPECT_NEAR(engine::train(naive, data, three, log, false).epochs.back().test_acc, cpu3, 0.02) << "naive R=2";
+  expect_close(engine::train(naive, data, three, log, false), 3, 0.05, "naive R=2");
+  const double cpu_best = best_of_last_three(reference);
   for (int r : {1, 2}) {
     engine::CudaGraphBackend graph(placement(r), start);
     const engine::TrainResult g = engine::train(graph, data, opt, log, false);
-    EXPECT_NEAR(g.epochs[2].test_acc, cpu3, 0.02) << "graph R=" << r << " after 3 epochs";
-    EXPECT_NEAR(g.epochs[9].test_acc, cpu10, 0.02) << "graph R=" << r << " after 10 epochs";
+    const std::string what = "graph R=" + std::to_string(r);
+    expect_close(g, 3, 0.05, what);
+    expect_close(g, 10, 0.025, what);
+    EXPECT_NEAR(best_of_last_three(g), cpu_best, 0.02) << what << ", best test accuracy of epochs 8 to 10";
   }
-  EXPECT_GT(cpu10, 0.80) << "the source text reaches about 0.83";
+  EXPECT_GT(cpu_best, 0.80) << "the source text reaches about 0.83";
   std::cout << log.str();
 }
 
