@@ -6,7 +6,14 @@
 // only in summation order; sums of up to 173,056 terms (conv1's weight gradient at 256 rows of 26 x 26
 // outputs) then differ by about sqrt(n) * 2^-24 ~ 2.5e-5 relative. 1e-4 leaves a margin of 4 while a wrong
 // layout, index or factor gives errors of order 1, and TF32 rounding (2^-11 per input) about 1e-3.
+// One exception: a pre-activation within rounding of zero can land on different sides of a ReLU on the
+// two sides, which changes a whole element of every gradient below it (a float32-vs-float64 CPU
+// comparison found such a flip in 8 of 150 random cases and gradient errors up to 4.5e-4 in 3). The
+// cases here have none against float64; should the GPU produce one, every flipped output must be tiny
+// and the gradient bound becomes 1e-3, still far below what a real error gives.
+#include <algorithm>
 #include <random>
+#include <tuple>
 
 #include "gpu_test.hpp"
 #include "model/cpu_lenet.hpp"
@@ -18,6 +25,22 @@ using namespace lenet;
 using lenet::testing::rel_error;
 using lenet::testing::slice;
 constexpr double kBound = 1e-4;
+constexpr double kBoundWithFlips = 1e-3;
+
+// Outputs of a ReLU layer positive on one side and zero on the other; `tiny` says whether each such
+// positive value is under 1e-5 of the layer's largest (a pre-activation within rounding of zero).
+size_t relu_flips(const std::vector<float>& gpu, const std::vector<float>& cpu, bool* tiny) {
+  float largest = 0;
+  for (float v : cpu) largest = std::max(largest, v);
+  size_t flips = 0;
+  *tiny = true;
+  for (size_t i = 0; i < gpu.size() && i < cpu.size(); ++i) {
+    if ((gpu[i] > 0) == (cpu[i] > 0)) continue;
+    ++flips;
+    if (std::max(gpu[i], cpu[i]) >= 1e-5f * largest) *tiny = false;
+  }
+  return flips;
+}
 
 struct Case {
   std::vector<float> params, x;
@@ -61,10 +84,19 @@ void compare_step(int rows, int capacity) {
   EXPECT_LT(rel_error(act.h, cpu.hidden()), kBound) << "fc1 + ReLU, rows " << rows;
   EXPECT_LT(rel_error(act.logits, cpu.logits()), kBound) << "fc2, rows " << rows;
   EXPECT_LT(rel_error(act.dlogits, cpu.dlogits()), kBound) << "softmax cross-entropy gradient, rows " << rows;
+  size_t flips = 0;
+  for (const auto& [name, g, c] : {std::tuple{"conv1", &act.a1, &cpu.a1()}, std::tuple{"conv2", &act.a2, &cpu.a2()},
+                                   std::tuple{"fc1", &act.h, &cpu.hidden()}}) {
+    bool tiny = true;
+    const size_t n = relu_flips(*g, *c, &tiny);
+    EXPECT_TRUE(tiny) << n << " outputs of " << name << "'s ReLU differ in sign by more than rounding, rows " << rows;
+    flips += n;
+  }
+  const double bound = flips == 0 ? kBound : kBoundWithFlips;
   const std::vector<float> gpu_grads = gpu.grad_buffer().download();
   for (const model::TensorSpec& t : model::tensor_specs())
-    EXPECT_LT(rel_error(slice(gpu_grads, t.offset, t.size), slice(cpu_grads, t.offset, t.size)), kBound)
-        << "gradient of " << t.name << ", rows " << rows;
+    EXPECT_LT(rel_error(slice(gpu_grads, t.offset, t.size), slice(cpu_grads, t.offset, t.size)), bound)
+        << "gradient of " << t.name << ", rows " << rows << ", " << flips << " ReLU outputs flipped by rounding";
   const model::StepStats st = gpu.read_stats(cuda::CudaLenet::kTrainStats);
   EXPECT_NEAR(st.loss_sum, cpu_stats.loss_sum, kBound * std::fabs(cpu_stats.loss_sum));
   EXPECT_EQ(st.correct, cpu_stats.correct);
