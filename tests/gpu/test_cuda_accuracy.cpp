@@ -3,8 +3,8 @@
 // Compared: the epoch's mean training loss and training accuracy, and the best test accuracy of the last
 // three epochs, not one epoch's test accuracy. float32 summation-order differences are amplified while
 // the loss leaves its ln 10 plateau, and test accuracy at lr 0.2 swings by 0.02 to 0.05 from one epoch
-// to the next: three CPU runs from seed 1 that differ only in summation order (profiling/results/
-// 2026-11-30-cpu-2core*, -waves) had after epoch 3 training losses 0.719 to 0.736 (2.3 %), training
+// to the next: three CPU runs from seed 1 that differ only in summation order (the 10-epoch runs under
+// profiling/results/2026-11-30-cpu-2core*) had after epoch 3 training losses 0.719 to 0.736 (2.3 %), training
 // accuracies 0.7217 to 0.7267, and test accuracies 0.708 to 0.740; after epoch 10 training losses 0.3891
 // to 0.3935 (1.1 %) and best test accuracies of epochs 8 to 10 of 0.836 to 0.844. The bounds are about
 // twice those spreads; a wrong gradient or update moves these numbers by far more.
