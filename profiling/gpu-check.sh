@@ -102,14 +102,19 @@ if [[ -n $cudnn_root ]]; then
     cmake_args+=("-DCUDNN_INCLUDE_DIR=$bundle/cudnn/include")
   fi
 fi
+# The first library in PyTorch's NVIDIA wheels matching */lib/PATTERN, or nothing.
+wheel_lib() {
+  python3 - "$1" 2>/dev/null <<'PY' || true
+import glob, sys, nvidia
+print(min((p for d in nvidia.__path__ for p in glob.glob(d + "/*/lib/" + sys.argv[1])), default=""))
+PY
+}
 # cuBLAS: the toolkit's or the system's, else PyTorch's wheel of the toolkit's major version
 # (nvidia/cu13/lib for CUDA 13, nvidia/cublas/lib before); CMake then links it by its full path.
 if [[ -z ${CUBLAS_ROOT:-} ]] && ! ls "$cuda_dir"/lib64/libcublas.so* >/dev/null 2>&1 &&
   ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so'; then
   cuda_major=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
-  cublas_lib=$(python3 -c 'import glob, sys, nvidia
-print(min((p for d in nvidia.__path__ for p in glob.glob(d + "/*/lib/libcublas.so." + sys.argv[1])), default=""))' \
-    "${cuda_major:-13}" 2>/dev/null || true)
+  cublas_lib=$(wheel_lib "libcublas.so.${cuda_major:-13}")
   [[ -n $cublas_lib ]] && CUBLAS_ROOT=$(dirname "$(dirname "$cublas_lib")")
 fi
 if [[ -n ${CUBLAS_ROOT:-} ]]; then
@@ -122,8 +127,7 @@ fi
 [[ -d $bundle/include ]] && cmake_args+=("-DLENET_EXTRA_INCLUDE_DIR=$bundle/include")
 # CUPTI (lenet-bench's kernel columns): the toolkit's, else PyTorch's wheel (nvidia-cuda-cupti).
 if ! ls "$cuda_dir"/extras/CUPTI/lib64/libcupti.so* >/dev/null 2>&1; then
-  cupti_lib=$(python3 -c 'import glob, nvidia
-print(min((p for d in nvidia.__path__ for p in glob.glob(d + "/*/lib/libcupti.so*")), default=""))' 2>/dev/null || true)
+  cupti_lib=$(wheel_lib "libcupti.so*")
   cupti_dir=$(dirname "$(dirname "$cupti_lib")")
   if [[ -n $cupti_lib && -f $cupti_dir/include/cupti.h ]]; then
     echo "CUPTI from $cupti_lib"
