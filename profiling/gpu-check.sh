@@ -73,6 +73,19 @@ step() {
   return $rc
 }
 
+# ctest_step NAME LIMIT CTEST-ARGS...: step for ctest, which stops its tests 15 s before the limit
+# (--stop-time also cuts the tests whose TIMEOUT property --timeout cannot override), so that its
+# report and --output-junit file are written before the limit kills it.
+ctest_step() {
+  local name=$1 limit=$2 left cut
+  shift 2
+  left=$(remaining)
+  ((left < limit)) && limit=$left
+  cut=$((limit > 30 ? limit - 15 : limit / 2 + 1))  # a stop time already past would mean tomorrow's
+  step "$name" "$limit" ctest --test-dir "$build" --output-on-failure \
+    --stop-time "$(date -d "@$(($(date +%s) + cut))" +%H:%M:%S)" "$@"
+}
+
 echo "=== environment"
 commit=${LENET_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 echo "commit: $commit"
@@ -165,12 +178,11 @@ train=$build/engine/lenet-train
 if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build" 300 cmake --build "$build" -j "$(nproc)"; then
   step "version" 20 "$train" --version
   # Four at a time: the CPU references (portable GEMM, no BLAS on GPU hosts) dominate and use the cores.
-  phase tests && step "tests" 420 ctest --test-dir "$build" --output-on-failure --timeout 400 -j 4 \
-    --output-junit "$out/ctest.xml"
+  phase tests && ctest_step "tests" 420 -j 4 --output-junit "$out/ctest.xml"
   # Only the GPU tests (the CPU suite is what CI runs on every change): the shortest check of the CUDA
   # paths. The accuracy test (ten epochs on the CPU as its reference) is a phase of its own.
-  phase gputests && ! phase tests && step "gpu tests" 300 ctest --test-dir "$build" --output-on-failure --timeout 240 \
-    -L gpu -E '^test_cuda_accuracy$' --output-junit "$out/ctest-gpu.xml"
+  phase gputests && ! phase tests && ctest_step "gpu tests" 300 -L gpu -E '^test_cuda_accuracy$' \
+    --output-junit "$out/ctest-gpu.xml"
   # compute-sanitizer on short runs of both modes (two replicas sharing GPU 0; 600 examples make two
   # full minibatches and a partial one). A failed CUDA call in our code already fails the run itself;
   # the sanitizer's verdict is about memory errors (memcheck) and shared-memory races (racecheck,
@@ -198,8 +210,8 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
     echo "compute-sanitizer: not found"
     results+=("compute-sanitizer|not found")
   fi
-  phase accuracy && ! phase tests && step "accuracy test" 400 ctest --test-dir "$build" --output-on-failure \
-    -R '^test_cuda_accuracy$' --output-junit "$out/ctest-accuracy.xml"
+  phase accuracy && ! phase tests && ctest_step "accuracy test" 400 -R '^test_cuda_accuracy$' \
+    --output-junit "$out/ctest-accuracy.xml"
   # The source text's experiment. Two replicas use two GPUs where there are two, else share one.
   if ((gpus >= 2)); then r2=(--num-gpus 2); else r2=(--num-gpus 1 --replicas 2); fi
   phase experiment && for mode in naive graph; do
