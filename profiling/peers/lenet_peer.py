@@ -678,9 +678,14 @@ def main(argv):
     devices = choose_devices(torch, args)
     if any(d.type == "cuda" for d in devices):
         # Full fp32 arithmetic, as lenet-train's cuDNN and cuBLAS calls use (no TF32), so the comparison is
-        # of the same computation.
-        torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cuda.matmul.allow_tf32 = False
+        # of the same computation. PyTorch 2.9 replaced the allow_tf32 flags (which now warn) by
+        # fp32_precision settings; one set or the other, never both.
+        if hasattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision"):
+            torch.backends.cudnn.conv.fp32_precision = "ieee"
+            torch.backends.cuda.matmul.fp32_precision = "ieee"
+        else:
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = False
 
     folder = resolve_data_dir(args.data_dir)
     train = load_split(torch, folder, "train", args.train_limit, "--train-limit", "training")
