@@ -344,14 +344,18 @@ def run_textbook(torch, F, args, devices, data, timing, trained):
             model.sync()
 
         if on_cuda:
-            prof.update(profile_kernels(torch, one_step, len(batches), model.sync))
+            prof.update(profile_kernels(torch, one_step, len(batches), model.sync, False))
         prof["allreduce_ms_per_step"] = time_allreduce(torch, F, model, batches)
     return prof
 
 
 def time_allreduce(torch, F, model, batches):
     """Host time of the allreduce alone, each device synchronised before and after it: in the textbook
-    algorithm the allreduce is launch-bound, so this is what it costs a step."""
+    algorithm the allreduce is launch-bound, so this is what it costs a step. One replica has nothing to
+    reduce: 0, as lenet-bench's traced copies and adds measure it (timing the empty call would report the
+    synchronisations' latency)."""
+    if len(model.replicas) == 1:
+        return 0.0
     total = 0.0
     for x, y in batches:
         rows = x.shape[0]
@@ -491,29 +495,34 @@ def run_graphs(torch, F, args, device, replicas, data, timing, trained):
         k = min(args.profile_steps, model.steps_per_epoch)
         model.start_epoch(epoch_perm(torch, args.seed, args.epochs, n))
         model.sync()
-        prof.update(profile_kernels(torch, lambda _: model.replay(), k, model.sync))
+        prof.update(profile_kernels(torch, lambda _: model.replay(), k, model.sync, True))
     return prof
 
 
 # ------------------------------------------------------------------------------------------ profiling
 
-def summarize_profile(events, steps):
+def summarize_profile(events, steps, graph_replayed):
     """events: (name, on_device, device_index, start_us, end_us). Same definitions as lenet-bench:
     kernel time is the sum of kernel durations; idle, per device, is the span from its first kernel
     start to its last kernel end minus the union of its kernels, summed over devices; launches count
-    the host's kernel-launch calls (a graph's kernels are not launched by the host)."""
+    the kernels the host launched, not a graph: without graphs every kernel recorded (cuBLAS's and
+    cuDNN's may launch through calls the profiler does not name), with them the host's kernel-launch
+    calls (the profiler does not say which kernels a graph ran)."""
+    launch_calls = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel")
     host_names = {e[0] for e in events if not e[1]}
     kernels = {}
     kernel_us = 0.0
     launches = 0
     for name, on_device, dev, start, end in events:
         if not on_device:
-            if name.startswith(("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel")):
+            if graph_replayed and name.startswith(launch_calls):
                 launches += 1
             continue
         # Copies and memsets are not kernels; device-side copies of host annotations carry a host name.
         if name.startswith(("Memcpy", "Memset")) or name in host_names:
             continue
+        if not graph_replayed:
+            launches += 1
         kernel_us += end - start
         kernels.setdefault(dev, []).append((start, end))
     idle_us = 0.0
@@ -535,7 +544,7 @@ def summarize_profile(events, steps):
     }
 
 
-def profile_kernels(torch, one_step, steps, sync):
+def profile_kernels(torch, one_step, steps, sync, graph_replayed):
     """The kernel, idle and launch fields from K steps run under torch.profiler after training. Profiler
     overhead on the host widens the gaps, so idle is an upper bound. A profiler that fails leaves the
     fields null with a notice rather than losing the run."""
@@ -548,13 +557,13 @@ def profile_kernels(torch, one_step, steps, sync):
             sync()
         events = []
         for e in prof.events():
-            on_device = str(e.device_type).endswith("CUDA")
+            on_device = e.device_type == torch.autograd.DeviceType.CUDA
             if on_device and getattr(e, "is_user_annotation", False):  # flagged since torch 2.x
                 continue
             events.append((e.name, on_device, e.device_index, float(e.time_range.start), float(e.time_range.end)))
         if not any(e[1] for e in events):
             raise RuntimeError("the profiler recorded no device activity")
-        return summarize_profile(events, steps)
+        return summarize_profile(events, steps, graph_replayed)
     except Exception as e:  # noqa: BLE001 - any profiler failure only costs the optional fields
         print(f"{PROG}: notice: profiling failed ({type(e).__name__}: {e}); kernel fields left null",
               file=sys.stderr)
@@ -693,10 +702,43 @@ def main(argv):
     data = (train[0], train[1], test[0], test[1])
     timing = Timing(args.epochs, args.quiet, train[0].shape[0])
 
+    names = [str(d) for d in devices]
+
+    def row(prof):
+        spe = timing.seconds_per_epoch()
+        return {
+            "name": f"pytorch-{args.variant} R={len(devices)}",
+            "impl": f"pytorch-{args.variant}",
+            "mode": args.variant,
+            "replicas": len(devices),
+            "devices": names,
+            "batch_size": args.batch_size,
+            "lr": args.lr,
+            "epochs": args.epochs,
+            "train_examples": int(train[0].shape[0]),
+            "seconds_per_epoch": spe,
+            "timing_note": timing.note(),
+            "examples_per_second": train[0].shape[0] / spe,
+            "kernel_ms_per_step": prof.get("kernel_ms_per_step"),
+            "idle_ms_per_step": prof.get("idle_ms_per_step"),
+            "host_enqueue_ms_per_step": timing.enqueue_ms_per_step(),
+            "kernel_launches_per_step": prof.get("kernel_launches_per_step"),
+            "graph_launches_per_step": 1 if args.variant == "graphs" else 0,
+            "allreduce_ms_per_step": prof.get("allreduce_ms_per_step"),
+            "test_acc": timing.acc[-1],
+            "test_acc_per_epoch": timing.acc,
+            "epoch_seconds": timing.seconds,
+            "torch_version": str(torch.__version__),
+            "device_name": device_name(torch, devices),
+        }
+
     def trained(replicas):
-        # Before the optional profiling steps, which move the parameters on.
+        # Before the optional profiling steps, which move the parameters on. The row without the profile's
+        # fields is written now, so a profiler that crashes or hangs the process loses only those.
         if args.dump_params:
             dump_params(torch, args.dump_params, replicas)
+        if args.json:
+            write_json(args.json, row({}))
 
     if args.variant == "textbook":
         prof = run_textbook(torch, F, args, devices, data, timing, trained)
@@ -705,36 +747,10 @@ def main(argv):
         with torch.cuda.device(devices[0]):
             prof = run_graphs(torch, F, args, devices[0], len(devices), data, timing, trained)
 
-    names = [str(d) for d in devices]
-    spe = timing.seconds_per_epoch()
-    row = {
-        "name": f"pytorch-{args.variant} R={len(devices)}",
-        "impl": f"pytorch-{args.variant}",
-        "mode": args.variant,
-        "replicas": len(devices),
-        "devices": names,
-        "batch_size": args.batch_size,
-        "lr": args.lr,
-        "epochs": args.epochs,
-        "train_examples": int(train[0].shape[0]),
-        "seconds_per_epoch": spe,
-        "timing_note": timing.note(),
-        "examples_per_second": train[0].shape[0] / spe,
-        "kernel_ms_per_step": prof.get("kernel_ms_per_step"),
-        "idle_ms_per_step": prof.get("idle_ms_per_step"),
-        "host_enqueue_ms_per_step": timing.enqueue_ms_per_step(),
-        "kernel_launches_per_step": prof.get("kernel_launches_per_step"),
-        "graph_launches_per_step": 1 if args.variant == "graphs" else 0,
-        "allreduce_ms_per_step": prof.get("allreduce_ms_per_step"),
-        "test_acc": timing.acc[-1],
-        "test_acc_per_epoch": timing.acc,
-        "epoch_seconds": timing.seconds,
-        "torch_version": str(torch.__version__),
-        "device_name": device_name(torch, devices),
-    }
     if args.json:
-        write_json(args.json, row)
-    print(f"test acc: {timing.acc[-1]:.2f}, {three_digits(spe)} sec/epoch on [{', '.join(names)}]", flush=True)
+        write_json(args.json, row(prof))
+    spe = three_digits(timing.seconds_per_epoch())
+    print(f"test acc: {timing.acc[-1]:.2f}, {spe} sec/epoch on [{', '.join(names)}]", flush=True)
     return 0
 
 

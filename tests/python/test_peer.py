@@ -93,10 +93,13 @@ class PeerHelpers(unittest.TestCase):
             ("Memcpy DtoD (Device -> Device)", True, 0, 12, 20), ("my_range", True, 0, 0, 40),
             ("k4", True, 1, 100, 104),
         ]
-        s = self.peer.summarize_profile(events, 2)
-        self.assertAlmostEqual(s["kernel_ms_per_step"], (10 + 7 + 10 + 4) / 1e3 / 2)
-        self.assertAlmostEqual(s["idle_ms_per_step"], (30 - 22) / 1e3 / 2)  # device 1 has no gap
-        self.assertAlmostEqual(s["kernel_launches_per_step"], 1.5)
+        for graph_replayed, launches in ((True, 3 / 2), (False, 4 / 2)):
+            with self.subTest(graph_replayed=graph_replayed):
+                s = self.peer.summarize_profile(events, 2, graph_replayed)
+                self.assertAlmostEqual(s["kernel_ms_per_step"], (10 + 7 + 10 + 4) / 1e3 / 2)
+                self.assertAlmostEqual(s["idle_ms_per_step"], (30 - 22) / 1e3 / 2)  # device 1 has no gap
+                # With a graph, the host's launch calls; without, every kernel recorded.
+                self.assertAlmostEqual(s["kernel_launches_per_step"], launches)
 
 
 class WithDataset(unittest.TestCase):
@@ -169,6 +172,10 @@ class PeerTextbookCpu(WithDataset):
                           "kernel_launches_per_step"):
                     self.assertIsNone(row[k], k)  # nothing to launch on the cpu
                 self.assertIsInstance(row["allreduce_ms_per_step"], float)
+                if r == 1:  # nothing to reduce
+                    self.assertEqual(row["allreduce_ms_per_step"], 0.0)
+                else:
+                    self.assertGreater(row["allreduce_ms_per_step"], 0.0)
                 for a in row["test_acc_per_epoch"]:
                     self.assertTrue(0 <= a <= 1)
                 self.assertTrue(row["torch_version"])
