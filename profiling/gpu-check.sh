@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The project's GPU check: build, run every test with the GPU tests active, run the source text's
-# experiment (10 epochs, batch 256, lr 0.2, R = 1 and R = 2) in the naive and graph modes, a sweep of
-# both modes over replicas and batch sizes, compute-sanitizer on short runs of both modes, and the CPU
-# backend beside them; write a log, the metrics files and a summary into OUTDIR.
+# The project's GPU check: build, run compute-sanitizer on short runs of both modes, every test with the
+# GPU tests active, the source text's experiment (10 epochs, batch 256, lr 0.2, R = 1 and R = 2) in the
+# naive and graph modes, a sweep of both modes over replicas and batch sizes, and the CPU backend beside
+# them; write a log, the metrics files and a summary into OUTDIR.
 #
 # Usage: profiling/gpu-check.sh OUTDIR
 # Works on any Linux machine with a GPU, the CUDA toolkit and CMake. On a host without network it takes
@@ -13,10 +13,10 @@
 # Environment: LENET_CHECK_BUDGET (seconds for everything, default 450), LENET_COMMIT (when the tree has
 # no .git), LENET_CHECK_EPOCHS (default 10), LENET_CHECK_SWEEP (0 skips the sweep),
 # LENET_CHECK_SANITIZERS (compute-sanitizer tools, default "memcheck racecheck"), CUDNN_ROOT, CUBLAS_ROOT,
-# LENET_CHECK_PHASES (any of: tests gputests sanitizers accuracy experiment sweep bench cpu, run in this
+# LENET_CHECK_PHASES (any of: sanitizers tests gputests accuracy experiment sweep bench cpu, run in this
 # order; default all but gputests and accuracy, which are skipped when tests is given: gputests runs the
 # GPU-labelled tests but the slow accuracy test, accuracy runs that one alone. When one run's time is
-# short, correctness first: "gputests sanitizers", then "accuracy experiment", then "sweep bench cpu",
+# short, correctness first: "sanitizers gputests", then "accuracy experiment", then "sweep bench cpu",
 # each into its own OUTDIR; the build folder is reused when the tree is kept). Where only a few files
 # come back from the host, give a scratch OUTDIR and pack it afterwards: the budget ends every step in
 # time for that (e.g. LENET_CHECK_BUDGET=420 profiling/gpu-check.sh /tmp/gc; tar czf DEST.tgz -C /tmp/gc .).
@@ -35,9 +35,9 @@ export LENET_GPU_REQUIRED=1  # a GPU check whose GPU tests all skipped would tes
 start_time=$(date +%s)
 budget=${LENET_CHECK_BUDGET:-450}
 epochs=${LENET_CHECK_EPOCHS:-10}
-phases=" ${LENET_CHECK_PHASES:-tests sanitizers experiment sweep bench cpu} "
+phases=" ${LENET_CHECK_PHASES:-sanitizers tests experiment sweep bench cpu} "
 phase() { [[ $phases == *" $1 "* ]]; }
-all_phases="tests gputests sanitizers accuracy experiment sweep bench cpu"
+all_phases="sanitizers tests gputests accuracy experiment sweep bench cpu"
 for p in $phases; do
   if [[ " $all_phases " != *" $p "* ]]; then
     echo "gpu-check.sh: unknown phase '$p' in LENET_CHECK_PHASES ($all_phases)" >&2
@@ -177,15 +177,10 @@ echo "data: $data (from $data_src)"
 train=$build/engine/lenet-train
 if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build" 300 cmake --build "$build" -j "$(nproc)"; then
   step "version" 20 "$train" --version
-  # Four at a time: the CPU references (portable GEMM, no BLAS on GPU hosts) dominate and use the cores.
-  phase tests && ctest_step "tests" 420 -j 4 --output-junit "$out/ctest.xml"
-  # Only the GPU tests (the CPU suite is what CI runs on every change): the shortest check of the CUDA
-  # paths. The accuracy test (ten epochs on the CPU as its reference) is a phase of its own.
-  phase gputests && ! phase tests && ctest_step "gpu tests" 300 -L gpu -E '^test_cuda_accuracy$' \
-    --output-junit "$out/ctest-gpu.xml"
   # compute-sanitizer on short runs of both modes (two replicas sharing GPU 0; 600 examples make two
-  # full minibatches and a partial one). A failed CUDA call in our code already fails the run itself;
-  # the sanitizer's verdict is about memory errors (memcheck) and shared-memory races (racecheck,
+  # full minibatches and a partial one). First, as four bounded runs: the test phases after them stop at
+  # a stop time with whatever the budget leaves. A failed CUDA call in our code already fails the run
+  # itself; the sanitizer's verdict is about memory errors (memcheck) and shared-memory races (racecheck,
   # hazards of error severity), not about the calls cuDNN and cuBLAS make and handle inside. Racecheck
   # looks only at this project's kernels (namespace lenet): shared-memory hazards inside cuDNN's and
   # cuBLAS's kernels are not ours to fix, and instrumenting them costs most of the step's time.
@@ -210,6 +205,12 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
     echo "compute-sanitizer: not found"
     results+=("compute-sanitizer|not found")
   fi
+  # Four at a time: the CPU references (portable GEMM, no BLAS on GPU hosts) dominate and use the cores.
+  phase tests && ctest_step "tests" 420 -j 4 --output-junit "$out/ctest.xml"
+  # Only the GPU tests (the CPU suite is what CI runs on every change): the shortest check of the CUDA
+  # paths. The accuracy test (ten epochs on the CPU as its reference) is a phase of its own.
+  phase gputests && ! phase tests && ctest_step "gpu tests" 300 -L gpu -E '^test_cuda_accuracy$' \
+    --output-junit "$out/ctest-gpu.xml"
   phase accuracy && ! phase tests && ctest_step "accuracy test" 400 -R '^test_cuda_accuracy$' \
     --output-junit "$out/ctest-accuracy.xml"
   # The source text's experiment. Two replicas use two GPUs where there are two, else share one.
