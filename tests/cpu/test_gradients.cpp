@@ -248,10 +248,13 @@ TEST(Gradients, ZeroRowsGiveZeroGradient) {
 
 TEST(Gemm, BlasAndPortableAgreeForEveryTransposition) {
   std::mt19937 gen(8);
-  // The second shape spans several of gemm_portable's column panels (256) and depth panels (1024); the
-  // third has k = 0 (C only scaled by beta). Beta 0 must ignore a NaN already in C, as BLAS does.
-  // Bound: double sums of at most 1100 products of O(1) terms, relative error far below 1e-13.
-  for (const auto& [m, n, k] : {std::tuple<int, int, int>{13, 17, 11}, {3, 300, 1100}, {4, 5, 0}})
+  // The portable GEMM's blocks are 64 rows, 256 columns and 256 deep, its tiles 4 rows by 4 (double) or
+  // 8 (float) columns: the third shape spans two blocks of rows and columns and three of depth, with
+  // partial tiles in both directions; the fourth has k = 0 (C only scaled by beta). Beta 0 must ignore
+  // a NaN already in C, as BLAS does. Bounds: double sums of at most 1100 products of O(1) terms,
+  // relative error far below 1e-13; the float GEMM's, about sqrt(k) * 6e-8, below 1e-5.
+  for (const auto& [m, n, k] :
+       {std::tuple<int, int, int>{13, 17, 11}, {3, 300, 1100}, {70, 301, 600}, {4, 5, 0}})
     for (const double beta : {2.0, 0.0})
       for (int ta = 0; ta < 2; ++ta)
         for (int tb = 0; tb < 2; ++tb) {
@@ -261,6 +264,9 @@ TEST(Gemm, BlasAndPortableAgreeForEveryTransposition) {
           const int lda = ta ? m : k, ldb = tb ? k : n;
           gemm<double>(ta, tb, m, n, k, 0.5, a.data(), lda, b.data(), ldb, beta, c1.data(), n);
           gemm_portable<double>(ta, tb, m, n, k, 0.5, a.data(), lda, b.data(), ldb, beta, c2.data(), n);
+          std::vector<float> af(a.begin(), a.end()), bf(b.begin(), b.end()), c3(c1.size());
+          for (size_t i = 0; i < c3.size(); ++i) c3[i] = float(ref[i]);
+          gemm_portable<float>(ta, tb, m, n, k, 0.5f, af.data(), lda, bf.data(), ldb, float(beta), c3.data(), n);
           for (int i = 0; i < m; ++i)
             for (int j = 0; j < n; ++j) {
               double s = 0;
@@ -273,6 +279,7 @@ TEST(Gemm, BlasAndPortableAgreeForEveryTransposition) {
                        std::to_string(beta) + " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
           EXPECT_LT(rel_error(c1, ref), 1e-13);
           EXPECT_LT(rel_error(c2, ref), 1e-13);
+          EXPECT_LT(rel_error(Vec(c3.begin(), c3.end()), ref), 1e-5);
         }
 }
 
