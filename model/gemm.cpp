@@ -13,8 +13,8 @@ namespace lenet::model {
 namespace {
 
 // The portable GEMM packs op(A) and op(B) into slivers of kMR rows and kNR columns, depth-major, and
-// computes each kMR x kNR tile of C in registers (the shape GCC vectorises; wider tiles or more rows
-// spill), block by block of kMC rows, kNC columns and kKC depth, which fit the caches.
+// computes each kMR x kNR tile of C in registers (the shape GCC 12 keeps there: 6 x 8, 4 x 16 and 6 x 16
+// ran 5 to 14 times slower), block by block of kMC rows, kNC columns and kKC depth, which fit the caches.
 template <typename T>
 struct Blocking {
   static constexpr int kMR = 4;
@@ -79,10 +79,12 @@ template <typename T, int W>
 void pack(const T* src, size_t row_stride, size_t depth_stride, int rows, int kc, T* dst) {
   for (int r = 0; r < (rows + W - 1) / W * W; ++r) {
     T* out = dst + static_cast<size_t>(r / W) * kc * W + r % W;
-    const T* in = src + r * row_stride;
     if (r >= rows) {
       for (int p = 0; p < kc; ++p) out[p * W] = T(0);
-    } else if (depth_stride == 1) {  // a loop of its own: contiguous loads
+      continue;
+    }
+    const T* in = src + r * row_stride;
+    if (depth_stride == 1) {  // a loop of its own: contiguous loads
       for (int p = 0; p < kc; ++p) out[p * W] = in[p];
     } else {
       for (int p = 0; p < kc; ++p) out[p * W] = in[p * depth_stride];
