@@ -1,6 +1,10 @@
 // Output files are checked before the work whose results they will hold, not after it.
 #pragma once
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <filesystem>
 #include <string>
@@ -65,6 +69,31 @@ inline std::string replaced_file_problem(const std::string& path) {
   if (std::filesystem::exists(path, ec) && ::access(path.c_str(), W_OK) != 0) return path + ": is read-only";
   return "";
 }
+
+// Opening a named pipe for writing waits until some process opens it for reading, maybe for ever. Held
+// from before such an open until after it, a PipeWriteEnd checks, without waiting, that a reader is
+// there (problem() names the pipe otherwise) and keeps a write end of its own open meanwhile: the later
+// open then does not wait, and the reader never sees the pipe without a writer, which it would take as
+// the end of the stream. For anything but a named pipe it does nothing.
+class PipeWriteEnd {
+ public:
+  explicit PipeWriteEnd(const std::string& path) {
+    struct stat st {};
+    if (path.empty() || ::stat(path.c_str(), &st) != 0 || !S_ISFIFO(st.st_mode)) return;
+    fd_ = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd_ < 0 && errno == ENXIO) problem_ = path + ": a named pipe that no process reads (start its reader first)";
+  }
+  ~PipeWriteEnd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  PipeWriteEnd(const PipeWriteEnd&) = delete;
+  PipeWriteEnd& operator=(const PipeWriteEnd&) = delete;
+  const std::string& problem() const { return problem_; }
+
+ private:
+  int fd_ = -1;
+  std::string problem_;
+};
 
 // Whether `a` and `b` name one file, symbolic links followed: the same file when both exist, else the
 // same resolved path.

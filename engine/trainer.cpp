@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "engine/numbers.hpp"
+#include "engine/output_file.hpp"
 #include "io/sampler.hpp"
 #include "profiling/nvtx.hpp"
 
@@ -108,6 +109,8 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
                   bool progress_is_terminal) {
   std::ofstream metrics;
   if (!options.metrics_path.empty()) {
+    const PipeWriteEnd pipe(options.metrics_path);
+    if (!pipe.problem().empty()) throw io::DataError("--metrics " + pipe.problem());
     metrics.open(options.metrics_path, std::ios::out | (options.start_step > 0 ? std::ios::app : std::ios::trunc));
     if (!metrics) throw io::DataError(options.metrics_path + ": cannot open the --metrics file for writing");
   }

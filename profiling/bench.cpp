@@ -399,10 +399,16 @@ int main(int argc, char** argv) {
       std::cerr << "lenet-bench: --num-gpus " << num_gpus << ": only " << probe.devices << " visible" << std::endl;
       return 2;
     }
-    // What could fail after the benchmark's minutes fails now: the output folders, the peers' rows.
-    for (const std::string& path : {o.json_path, o.markdown_path})
-      if (const std::string problem = path.empty() ? "" : engine::output_file_problem(path); !problem.empty())
+    // What could fail after the benchmark's minutes fails now: the output folders, a named pipe with no
+    // reader (whose write ends stay open until the tables are written), the peers' rows.
+    std::vector<std::unique_ptr<engine::PipeWriteEnd>> pipes;
+    for (const std::string& path : {o.json_path, o.markdown_path}) {
+      if (path.empty()) continue;
+      if (const std::string problem = engine::output_file_problem(path); !problem.empty())
         throw std::runtime_error(problem);
+      pipes.push_back(std::make_unique<engine::PipeWriteEnd>(path));
+      if (!pipes.back()->problem().empty()) throw std::runtime_error(pipes.back()->problem());
+    }
     std::vector<profiling::BenchRow> peer_rows;
     for (const std::string& file : o.peers) {
       std::ifstream in(file);

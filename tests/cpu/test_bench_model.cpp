@@ -1,6 +1,7 @@
 // lenet-bench's arithmetic and writers against hand-computed values, and the tool itself on the CPU
 // backend (its GPU columns are checked by tests/gpu/test_bench.cpp where a GPU answers).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -195,7 +196,9 @@ TEST_F(BenchTool, CpuRowsWriteJsonAndMarkdown) {
 // Everything that could fail after the benchmark's minutes is checked first; a peer row from another
 // training-set size is flagged under the table.
 TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged) {
-  const std::string base = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1 "
+  // Each run ends within 120 s (else status 124): a wait for ever fails here, not at CTest's timeout.
+  const std::string base = "timeout 120 env LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' "
+                           "--modes cpu --replicas 1 "
                            "--train-limit 256 --test-limit 64 --epochs 1 --markdown '" + (dir_ / "b.md").string() + "' ";
   const std::string err = (dir_ / "err").string();
   auto run_bench = [&](const std::string& args) {
@@ -210,6 +213,12 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --peers '" + (dir_ / "bad-peer.json").string() + "'"), 1);
   text = lenet::testing::slurp(dir_ / "err");
   EXPECT_NE(text.find("bad-peer.json: not a peer row"), std::string::npos) << text;
+  EXPECT_EQ(text.find("cpu R=1"), std::string::npos) << "benchmarked before failing: " << text;
+  // A named pipe that nobody reads would have made the final write wait for ever.
+  ASSERT_EQ(::mkfifo((dir_ / "pipe").c_str(), 0600), 0);
+  EXPECT_EQ(run_bench("--json '" + (dir_ / "pipe").string() + "'"), 1);
+  text = lenet::testing::slurp(dir_ / "err");
+  EXPECT_NE(text.find("pipe: a named pipe that no process reads"), std::string::npos) << text;
   EXPECT_EQ(text.find("cpu R=1"), std::string::npos) << "benchmarked before failing: " << text;
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --lr 0"), 2);
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --lr 0: must be a number > 0 that float32 holds (1.4e-45 to 3.4e38)\n");

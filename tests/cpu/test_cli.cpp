@@ -1,6 +1,7 @@
 // lenet-train as a user runs it: usage errors exit 2 with one clear line, runtime errors exit 1, a run
 // prints the source text's final line and writes a metrics file with exactly the documented fields.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <csignal>
 #include <filesystem>
@@ -104,6 +105,25 @@ TEST_F(Cli, UnwritableMetricsFileExits1NamingIt) {
   const Result r = run("--backend cpu --epochs 1 --train-limit 64 --test-limit 64 --metrics '" + path + "'");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find(path), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, MetricsIntoANamedPipe) {
+  const fs::path pipe = dir_ / "pipe", got = dir_ / "got";
+  ASSERT_EQ(::mkfifo(pipe.c_str(), 0600), 0);
+  const std::string args = "--backend cpu --epochs 2 --train-limit 64 --test-limit 64 --quiet --metrics '" +
+                           pipe.string() + "'";
+  // No reader: opening it would wait for one, maybe for ever (here 60 s, then status 124); instead a
+  // clear error before training.
+  Result r = run(args, "timeout 60 env ");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("--metrics " + pipe.string() + ": a named pipe that no process reads"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  // With a reader, it gets every record, and the end of the stream only when the run closes the pipe.
+  r = run(args, "cat '" + pipe.string() + "' >'" + got.string() + "' & ", "; s=$?; wait; exit $s");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string records = lenet::testing::slurp(got);
+  EXPECT_EQ(std::count(records.begin(), records.end(), '\n'), 2) << records;
 }
 
 TEST_F(Cli, RunPrintsFinalLineAndWritesMetrics) {
