@@ -20,6 +20,7 @@
 
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
+#include "engine/read_file.hpp"
 #include "io/sampler.hpp"
 #include "model/lenet.hpp"
 
@@ -485,39 +486,13 @@ Checkpoint load_checkpoint_bytes(const uint8_t* data, size_t size, const std::st
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
-  // Opened without blocking: a FIFO with no writer would wait for one, maybe for ever; instead it reads
-  // as empty, which is refused by name below. A pipe with its writer there (`--load <(...)`) reads as
-  // any file.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw CheckpointError(path + ": cannot open checkpoint (" + os_error(errno) + ")");
-  if (const int flags = ::fcntl(fd, F_GETFL); flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
-    const int err = errno;
-    ::close(fd);
-    throw CheckpointError(path + ": cannot read checkpoint (" + os_error(err) + ")");
-  }
   // One byte past the largest valid checkpoint is enough to reject any larger file without reading it.
   const size_t limit = kLengthBytes + kMaxCheckpointHeaderBytes + kDataBytes + 1;
-  std::vector<uint8_t> bytes(limit);
-  size_t got = 0;
-  while (got < limit) {
-    const ssize_t n = ::read(fd, bytes.data() + got, limit - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      throw CheckpointError(path + ": read error (" + os_error(err) + ")");
-    }
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  struct stat st {};
-  const bool fifo = ::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode);
-  ::close(fd);
-  if (got == 0 && fifo) throw CheckpointError(path + ": a FIFO that no process writes to (its writer must open it first)");
-  if (got == limit) {
+  const std::vector<uint8_t> bytes = read_without_waiting<CheckpointError>(path, limit, "checkpoint");
+  if (bytes.size() == limit) {
     throw CheckpointError(path + ": larger than any checkpoint (over " + std::to_string(limit - 1) + " bytes)");
   }
-  return load_checkpoint_bytes(bytes.data(), got, path);
+  return load_checkpoint_bytes(bytes.data(), bytes.size(), path);
 }
 
 }  // namespace lenet::engine

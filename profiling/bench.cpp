@@ -24,6 +24,7 @@
 #include "engine/cli_checks.hpp"
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
+#include "engine/read_file.hpp"
 #include "io/dataset.hpp"
 #include "io/sampler.hpp"
 #include "model/cuda_memory.hpp"
@@ -411,10 +412,11 @@ int main(int argc, char** argv) {
     }
     std::vector<profiling::BenchRow> peer_rows;
     for (const std::string& file : o.peers) {
-      std::ifstream in(file);
-      if (!in) throw std::runtime_error(file + ": cannot open the --peers file");
+      constexpr size_t kLimit = size_t{1} << 20;  // a row is a few kilobytes
+      const std::vector<uint8_t> bytes = engine::read_without_waiting<std::runtime_error>(file, kLimit, "the --peers file");
+      if (bytes.size() == kLimit) throw std::runtime_error(file + ": larger than a peer row (over 1 MiB)");
       try {
-        peer_rows.push_back(profiling::row_from_json(nlohmann::json::parse(in)));
+        peer_rows.push_back(profiling::row_from_json(nlohmann::json::parse(bytes.begin(), bytes.end())));
       } catch (const std::exception& e) {  // unreadable JSON, or a row without a field the table needs
         throw std::runtime_error(file + ": not a peer row (" + e.what() + ")");
       }

@@ -214,12 +214,17 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   text = lenet::testing::slurp(dir_ / "err");
   EXPECT_NE(text.find("bad-peer.json: not a peer row"), std::string::npos) << text;
   EXPECT_EQ(text.find("cpu R=1"), std::string::npos) << "benchmarked before failing: " << text;
-  // A named pipe that nobody reads would have made the final write wait for ever.
+  // A named pipe that nobody reads would have made the final write wait for ever, and one that nobody
+  // writes the reading of the peer rows.
   ASSERT_EQ(::mkfifo((dir_ / "pipe").c_str(), 0600), 0);
-  EXPECT_EQ(run_bench("--json '" + (dir_ / "pipe").string() + "'"), 1);
-  text = lenet::testing::slurp(dir_ / "err");
-  EXPECT_NE(text.find("pipe: a named pipe that no process reads"), std::string::npos) << text;
-  EXPECT_EQ(text.find("cpu R=1"), std::string::npos) << "benchmarked before failing: " << text;
+  for (const auto& [args, said] :
+       {std::pair<std::string, std::string>{"--json '" + (dir_ / "pipe").string() + "'", "a named pipe that no process reads"},
+        {"--peers '" + (dir_ / "pipe").string() + "'", "a FIFO that no process writes to"}}) {
+    EXPECT_EQ(run_bench(args), 1) << args;
+    text = lenet::testing::slurp(dir_ / "err");
+    EXPECT_NE(text.find((dir_ / "pipe").string() + ": " + said), std::string::npos) << text;
+    EXPECT_EQ(text.find("cpu R=1"), std::string::npos) << "benchmarked before failing: " << text;
+  }
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --lr 0"), 2);
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --lr 0: must be a number > 0 that float32 holds (1.4e-45 to 3.4e38)\n");
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.md").string() + "'"), 2);  // the --markdown file of `base`
