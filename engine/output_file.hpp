@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -71,9 +72,10 @@ inline std::string replaced_file_problem(const std::string& path) {
 
 // Opening a named pipe for writing waits until some process opens it for reading, maybe for ever. Held
 // from before such an open until after it, a PipeWriteEnd checks, without waiting, that a reader is
-// there (problem() names the pipe otherwise) and keeps a write end of its own open meanwhile: the later
-// open then does not wait, and the reader never sees the pipe without a writer, which it would take as
-// the end of the stream. For anything but a named pipe it does nothing.
+// there and the pipe may be written (problem() names the pipe otherwise), and keeps a write end of its
+// own open meanwhile: while the reader stays, the later open does not wait, and the reader never sees
+// the pipe without a writer, which it would take as the end of the stream. For anything but a named
+// pipe it does nothing.
 class PipeWriteEnd {
  public:
   explicit PipeWriteEnd(const std::string& path) {
@@ -81,6 +83,7 @@ class PipeWriteEnd {
     if (path.empty() || ::stat(path.c_str(), &st) != 0 || !S_ISFIFO(st.st_mode)) return;
     fd_ = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd_ < 0 && errno == ENXIO) problem_ = path + ": a named pipe that no process reads (start its reader first)";
+    else if (fd_ < 0) problem_ = path + ": cannot open the named pipe for writing (" + std::strerror(errno) + ")";
   }
   ~PipeWriteEnd() {
     if (fd_ >= 0) ::close(fd_);

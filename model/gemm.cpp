@@ -55,10 +55,10 @@ inline __attribute__((always_inline)) void block_product(int mc, int nc, int kc,
   }
 }
 
-// On x86-64 (GCC or Clang) compiled twice, for AVX2 (twice as wide) and for the baseline, and chosen
-// at load time by the CPU. AVX2 without FMA rounds every product and sum as the baseline does: the
-// same bits either way.
-#if defined(__x86_64__) && defined(__GNUC__)
+// On x86-64 Linux with glibc (GCC or Clang; the choice is an ifunc, which glibc's loader resolves)
+// compiled twice, for AVX2 (twice as wide) and for the baseline, and chosen at load time by the CPU.
+// AVX2 without FMA rounds every product and sum as the baseline does: the same bits either way.
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__) && defined(__GLIBC__)
 #define LENET_GEMM_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define LENET_GEMM_CLONES

@@ -502,6 +502,8 @@ int main(int argc, char** argv) {
     for (const auto& [path, text] : {std::pair<const std::string&, std::string>{o.markdown_path, md.str()},
                                      {o.json_path, out.dump(2) + "\n"}}) {
       if (path.empty()) continue;
+      // A pipe's reader may have gone during the benchmark: the open would then wait for another.
+      if (const engine::PipeWriteEnd pipe(path); !pipe.problem().empty()) throw std::runtime_error(pipe.problem());
       std::ofstream file(path);
       file << text;
       if (!file.flush()) throw std::runtime_error(path + ": write failed");

@@ -82,8 +82,9 @@ ctest_step() {
   left=$(remaining)
   ((left < limit)) && limit=$left
   cut=$((limit > 30 ? limit - 15 : limit / 2 + 1))  # a stop time already past would mean tomorrow's
-  step "$name" "$limit" ctest --test-dir "$build" --output-on-failure \
-    --stop-time "$(date -d "@$(($(date +%s) + cut))" +%H:%M:%S)" "$@"
+  # In UTC: CTest applies the local offset in whole hours, so in a zone such as +05:30 the time is wrong.
+  step "$name" "$limit" env TZ=UTC ctest --test-dir "$build" --output-on-failure \
+    --stop-time "$(TZ=UTC date -d "@$(($(date +%s) + cut))" +%H:%M:%S)" "$@"
 }
 
 echo "=== environment"
