@@ -82,8 +82,9 @@ class PipeWriteEnd {
     struct stat st {};
     if (path.empty() || ::stat(path.c_str(), &st) != 0 || !S_ISFIFO(st.st_mode)) return;
     fd_ = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd_ < 0 && errno == ENXIO) problem_ = path + ": a named pipe that no process reads (start its reader first)";
-    else if (fd_ < 0) problem_ = path + ": cannot open the named pipe for writing (" + std::strerror(errno) + ")";
+    const int err = errno;
+    if (fd_ < 0 && err == ENXIO) problem_ = path + ": a named pipe that no process reads (start its reader first)";
+    else if (fd_ < 0) problem_ = path + ": cannot open the named pipe for writing (" + std::strerror(err) + ")";
   }
   ~PipeWriteEnd() {
     if (fd_ >= 0) ::close(fd_);

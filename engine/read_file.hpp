@@ -20,7 +20,7 @@ template <typename Error>
 std::vector<uint8_t> read_without_waiting(const std::string& path, size_t limit, const std::string& what) {
   std::vector<uint8_t> bytes(limit);  // before the open: nothing after it throws until it is closed
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw Error(path + ": cannot open " + what + " (" + std::strerror(errno) + ")");
+  if (const int err = errno; fd < 0) throw Error(path + ": cannot open " + what + " (" + std::strerror(err) + ")");
   size_t got = 0;
   int err = 0;
   if (const int flags = ::fcntl(fd, F_GETFL); flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) err = errno;
