@@ -1,7 +1,6 @@
 #include "engine/checkpoint.hpp"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>

@@ -24,10 +24,11 @@ TEST_F(BenchTool, ShortRunFillsEveryColumn) {
                           "--replicas 2 --num-gpus 1 --train-limit 2048 --test-limit 512 --epochs 1 "
                           "--allreduce-replicas 2 --json '" + json + "' --markdown '" + (dir_ / "b.md").string() +
                           "' >'" + (dir_ / "out").string() + "' 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << lenet::testing::slurp(dir_ / "out");
+  const int status = std::system(cmd.c_str());
+  const std::string output = lenet::testing::slurp(dir_ / "out");
+  ASSERT_EQ(status, 0) << output;
   std::ifstream in(json);
   const nlohmann::json j = nlohmann::json::parse(in);
-  const std::string output = lenet::testing::slurp(dir_ / "out");
   ASSERT_EQ(j["rows"].size(), 2u);
   const bool cupti = lenet::profiling::CuptiTrace::available();
   for (const auto& row : j["rows"]) {
