@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <system_error>
 
@@ -107,6 +108,27 @@ inline bool same_file(const std::string& a, const std::string& b) {
     return std::filesystem::weakly_canonical(std::filesystem::absolute(follow_links(p), ec), ec);
   };
   return resolved(a) == resolved(b);
+}
+
+// The folder for files written beside the file `path` names (links followed: `/dev/stdout > r.json`
+// gives r.json's folder), when that is a regular file or nothing yet; empty beside a pipe or a device.
+inline std::filesystem::path folder_beside(const std::string& path) {
+  struct stat st {};
+  if (path.empty() || (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))) return {};
+  std::error_code ec;
+  return std::filesystem::absolute(follow_links(path), ec).parent_path();
+}
+
+// The standard stream (std::cout, else std::cerr) that writes the file `path` names, or nullptr. Opened a
+// second time, a regular file that stdout writes (`--metrics /dev/stdout > log`) would be truncated and
+// written at an offset of its own, over the stream's lines; written through the stream, every line lands
+// whole and in order.
+inline std::ostream* standard_stream_of(const std::string& path) {
+  struct stat target {}, st {};
+  if (path.empty() || ::stat(path.c_str(), &target) != 0) return nullptr;
+  if (::fstat(STDOUT_FILENO, &st) == 0 && st.st_dev == target.st_dev && st.st_ino == target.st_ino) return &std::cout;
+  if (::fstat(STDERR_FILENO, &st) == 0 && st.st_dev == target.st_dev && st.st_ino == target.st_ino) return &std::cerr;
+  return nullptr;
 }
 
 }  // namespace lenet::engine

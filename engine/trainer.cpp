@@ -107,12 +107,14 @@ nlohmann::json epoch_record(const EpochMetrics& m, const Backend& backend, const
 
 TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOptions& options, std::ostream& progress,
                   bool progress_is_terminal) {
-  std::ofstream metrics;
-  if (!options.metrics_path.empty()) {
+  std::ofstream metrics_file;
+  std::ostream* metrics = nullptr;
+  if (!options.metrics_path.empty() && !(metrics = standard_stream_of(options.metrics_path))) {
     const PipeWriteEnd pipe(options.metrics_path);
     if (!pipe.problem().empty()) throw io::DataError("--metrics " + pipe.problem());
-    metrics.open(options.metrics_path, std::ios::out | (options.start_step > 0 ? std::ios::app : std::ios::trunc));
-    if (!metrics) throw io::DataError(options.metrics_path + ": cannot open the --metrics file for writing");
+    metrics_file.open(options.metrics_path, std::ios::out | (options.start_step > 0 ? std::ios::app : std::ios::trunc));
+    if (!metrics_file) throw io::DataError(options.metrics_path + ": cannot open the --metrics file for writing");
+    metrics = &metrics_file;
   }
   const io::EpochSampler sampler(data.train.size(), static_cast<size_t>(options.batch_size), options.seed, true);
   const uint64_t batches = sampler.num_batches();
@@ -188,10 +190,10 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
     bar.epoch_done(m);
     // The checkpoint first: a metrics record never claims an epoch that a resumed run would train again.
     if (options.checkpoint) options.checkpoint(e + 1, step, EpochSoFar{});
-    if (metrics.is_open()) {
+    if (metrics != nullptr) {
       errno = 0;
-      metrics << epoch_record(m, backend, options).dump() << '\n' << std::flush;
-      if (!metrics) {
+      *metrics << epoch_record(m, backend, options).dump() << '\n' << std::flush;
+      if (!*metrics) {
         throw io::DataError(options.metrics_path + ": write failed" +
                             (errno != 0 ? " (" + std::string(std::strerror(errno)) + ")" : std::string()) + " (--metrics)");
       }

@@ -341,7 +341,7 @@ int main(int argc, char** argv) {
   app.add_option("--test-limit", o.test_limit, "First N test examples")
       ->check(engine::Decimal)->check(CLI::Range(1LL, 10000LL));
   app.add_option("--json", o.json_path, "Write the results as JSON to FILE, and each traced configuration's per-step "
-                                        "timeline beside it (timeline-MODE-rR.json)")->type_name("FILE");
+                                        "timeline beside it (timeline-MODE-rR.json; not for a pipe or device)")->type_name("FILE");
   app.add_option("--markdown", o.markdown_path, "Write the tables as Markdown to FILE")->type_name("FILE");
   app.add_option("--allreduce-replicas", o.allreduce_replicas, "Replica counts of the allreduce sweep")
       ->delimiter(',')->check(engine::Decimal)->check(CLI::Range(2, 64))->capture_default_str();
@@ -410,6 +410,7 @@ int main(int argc, char** argv) {
       pipes.push_back(std::make_unique<engine::PipeWriteEnd>(path));
       if (!pipes.back()->problem().empty()) throw std::runtime_error(pipes.back()->problem());
     }
+    const std::filesystem::path timeline_folder = engine::folder_beside(o.json_path);  // empty: none written
     std::vector<profiling::BenchRow> peer_rows;
     for (const std::string& file : o.peers) {
       constexpr size_t kLimit = size_t{1} << 20;  // a row is a few kilobytes
@@ -441,10 +442,10 @@ int main(int argc, char** argv) {
         std::cerr << "lenet-bench: " << mode << " R=" << r << std::endl;
         nlohmann::json timeline;
         rows.push_back(bench_config(mode, r, num_gpus, data, o, &timeline));
-        if (!timeline.is_null() && !o.json_path.empty()) {  // per-step kernel and idle time, for profiling/plot.py
-          const std::string path = (std::filesystem::path(o.json_path).parent_path() /
-                                    ("timeline-" + mode + "-r" + std::to_string(r) + ".json")).string();
-          std::ofstream(path) << timeline.dump() << '\n';
+        if (!timeline.is_null() && !timeline_folder.empty()) {  // per-step kernel and idle time, for profiling/plot.py
+          const std::string path = (timeline_folder / ("timeline-" + mode + "-r" + std::to_string(r) + ".json")).string();
+          std::ofstream file(path);
+          if (!(file << timeline.dump() << '\n' << std::flush)) throw std::runtime_error(path + ": write failed");
         }
       }
     rows.insert(rows.end(), peer_rows.begin(), peer_rows.end());
@@ -502,11 +503,15 @@ int main(int argc, char** argv) {
     for (const auto& [path, text] : {std::pair<const std::string&, std::string>{o.markdown_path, md.str()},
                                      {o.json_path, out.dump(2) + "\n"}}) {
       if (path.empty()) continue;
-      // A pipe's reader may have gone during the benchmark: the open would then wait for another.
-      if (const engine::PipeWriteEnd pipe(path); !pipe.problem().empty()) throw std::runtime_error(pipe.problem());
-      std::ofstream file(path);
-      file << text;
-      if (!file.flush()) throw std::runtime_error(path + ": write failed");
+      std::ofstream file;
+      std::ostream* stream = engine::standard_stream_of(path);
+      if (stream == nullptr) {
+        // A pipe's reader may have gone during the benchmark: the open would then wait for another.
+        if (const engine::PipeWriteEnd pipe(path); !pipe.problem().empty()) throw std::runtime_error(pipe.problem());
+        file.open(path);
+        stream = &file;
+      }
+      if (!(*stream << text << std::flush)) throw std::runtime_error(path + ": write failed");
     }
     return 0;
   } catch (const std::exception& e) {

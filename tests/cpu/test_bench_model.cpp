@@ -193,6 +193,19 @@ TEST_F(BenchTool, CpuRowsWriteJsonAndMarkdown) {
   EXPECT_NE(lenet::testing::slurp(md).find("| cpu R=2 |"), std::string::npos);
 }
 
+// --json naming the file stdout writes: the JSON follows the table there instead of overwriting it.
+TEST_F(BenchTool, JsonIntoStdout) {
+  const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1 "
+                          "--train-limit 256 --test-limit 64 --epochs 1 --json /dev/stdout >'" + (dir_ / "out").string() +
+                          "' 2>/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const std::string out = lenet::testing::slurp(dir_ / "out");
+  const size_t json = out.find("\n{\n");
+  ASSERT_NE(json, std::string::npos) << out;
+  EXPECT_NE(out.substr(0, json).find("| cpu R=1 |"), std::string::npos) << out;
+  EXPECT_EQ(nlohmann::json::parse(out.substr(json + 1))["rows"].size(), 1u) << out;
+}
+
 // Everything that could fail after the benchmark's minutes is checked first; a peer row from another
 // training-set size is flagged under the table.
 TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged) {

@@ -11,6 +11,7 @@
 #include <limits>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -131,6 +132,51 @@ TEST_F(Cli, MetricsIntoANamedPipe) {
   ::close(reader);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(std::count(records.begin(), records.end(), '\n'), 2) << records;
+}
+
+// --metrics naming the file stdout or stderr writes (here a regular file, where a second open would
+// write over the stream's lines from offset 0): every record lands whole, in order with the other lines.
+TEST_F(Cli, MetricsIntoStdoutOrStderr) {
+  const std::string args = "--backend cpu --epochs 2 --train-limit 64 --test-limit 64 --metrics ";
+  auto records = [](const std::string& text, const std::string& other) {
+    std::istringstream in(text);
+    int n = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("{", 0) != 0) {
+        EXPECT_NE(line.find(other), std::string::npos) << "a line that is neither a record nor expected: " << line;
+        continue;
+      }
+      EXPECT_EQ(nlohmann::json::parse(line)["epoch"], ++n) << text;
+    }
+    return n;
+  };
+  Result r = run(args + "/dev/stdout --quiet");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(records(r.out, "test acc: "), 2) << r.out;
+  EXPECT_EQ(r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1, 10), "test acc: ") << r.out;  // the last line
+  r = run(args + "/dev/stderr");  // between the progress lines
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(records(r.err, "epoch "), 2) << r.err;
+  EXPECT_NE(r.err.find("epoch 2/2"), std::string::npos) << r.err;
+  r = run(args + "'" + (dir_ / "out").string() + "' --quiet");  // the same file by its name
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(records(r.out, "test acc: "), 2) << r.out;
+}
+
+// Where lenet-bench writes its timelines: beside the file its --json names, never beside a pipe or a device.
+TEST_F(Cli, FolderBesideAnOutputFile) {
+  using lenet::engine::folder_beside;
+  fs::create_directories(dir_ / "real");
+  std::ofstream(dir_ / "real" / "r.json") << "{}";
+  fs::create_symlink(dir_ / "real" / "r.json", dir_ / "link.json");
+  EXPECT_EQ(folder_beside((dir_ / "real" / "r.json").string()), dir_ / "real");
+  EXPECT_EQ(folder_beside((dir_ / "link.json").string()), dir_ / "real");
+  EXPECT_EQ(folder_beside((dir_ / "new.json").string()), dir_);
+  EXPECT_EQ(folder_beside("new.json"), fs::current_path());
+  ASSERT_EQ(::mkfifo((dir_ / "pipe").c_str(), 0600), 0);
+  EXPECT_EQ(folder_beside((dir_ / "pipe").string()), fs::path());
+  EXPECT_EQ(folder_beside("/dev/null"), fs::path());
+  EXPECT_EQ(folder_beside(""), fs::path());
 }
 
 TEST_F(Cli, RunPrintsFinalLineAndWritesMetrics) {
