@@ -110,7 +110,21 @@ def parse_args(argv):
             folder = os.path.dirname(os.path.abspath(path))
             if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
                 raise DataError(f"{flag} {path}: folder {folder} does not exist or is not writable")
+            # The file is replaced whole by a rename (the row twice: after training and after profiling),
+            # which would put a regular file in a pipe's place, or cut off the file stdout or stderr writes.
+            if os.path.exists(path) and not os.path.isfile(path):
+                raise DataError(f"{flag} {path}: not a regular file (it is written to a new file renamed over it)")
+            if os.path.exists(path) and any(same_inode(path, fd) for fd in (1, 2)):
+                raise DataError(f"{flag} {path}: the file stdout or stderr writes (it is replaced by a rename)")
     return a
+
+
+def same_inode(path, fd):
+    try:
+        a, b = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 # ---------------------------------------------------------------------------------------------- data

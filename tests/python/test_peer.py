@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import stat
 import struct
 import subprocess
 import sys
@@ -284,6 +285,21 @@ class PeerErrors(WithDataset):
         for args in cases:
             with self.subTest(args=args):
                 self.assert_one_line(run_peer("--data-dir", self.data, *args), 2)
+
+    def test_output_files_it_cannot_replace(self):
+        fifo = os.path.join(self.tmp.name, "pipe")
+        os.mkfifo(fifo)
+        for flag in ("--json", "--dump-params"):
+            for path, said in ((os.path.join(self.tmp.name, "none", "r.json"), "does not exist or is not writable"),
+                               (fifo, "not a regular file"), ("/dev/null", "not a regular file")):
+                with self.subTest(flag=flag, path=path):
+                    self.assertIn(said, self.assert_one_line(run_peer("--data-dir", self.data, flag, path), 1))
+        self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))  # still there
+        out = os.path.join(self.tmp.name, "out")
+        with open(out, "w") as f:
+            proc = subprocess.run([sys.executable, PEER, "--data-dir", self.data, "--json", out], stdout=f,
+                                  stderr=subprocess.PIPE, text=True, timeout=600)
+        self.assertIn("the file stdout or stderr writes", self.assert_one_line(proc, 1))
 
     @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
     def test_missing_data_names_the_package(self):
