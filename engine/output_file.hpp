@@ -61,11 +61,24 @@ inline bool other_than_regular_file(const std::string& path) {
   return std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec);
 }
 
+// The standard stream (std::cout, else std::cerr) that writes the file `path` names, or nullptr. Opened a
+// second time, a regular file that stdout writes (`--metrics /dev/stdout > log`) would be truncated and
+// written at an offset of its own, over the stream's lines; written through the stream, every line lands
+// whole and in order.
+inline std::ostream* standard_stream_of(const std::string& path) {
+  struct stat target {}, st {};
+  if (path.empty() || ::stat(path.c_str(), &target) != 0) return nullptr;
+  if (::fstat(STDOUT_FILENO, &st) == 0 && st.st_dev == target.st_dev && st.st_ino == target.st_ino) return &std::cout;
+  if (::fstat(STDERR_FILENO, &st) == 0 && st.st_dev == target.st_dev && st.st_ino == target.st_ino) return &std::cerr;
+  return nullptr;
+}
+
 // The same as output_file_problem for a file replaced by a rename (a checkpoint): what `path` names
 // must also be a regular file that may be written, or nothing yet.
 inline std::string replaced_file_problem(const std::string& path) {
   if (std::string problem = output_file_problem(path); !problem.empty()) return problem;
   if (other_than_regular_file(path)) return path + ": not a regular file";
+  if (standard_stream_of(path) != nullptr) return path + ": the file stdout or stderr writes (a rename would cut it off)";
   std::error_code ec;
   if (std::filesystem::exists(path, ec) && ::access(path.c_str(), W_OK) != 0) return path + ": is read-only";
   return "";
@@ -117,18 +130,6 @@ inline std::filesystem::path folder_beside(const std::string& path) {
   if (path.empty() || (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))) return {};
   std::error_code ec;
   return std::filesystem::absolute(follow_links(path), ec).parent_path();
-}
-
-// The standard stream (std::cout, else std::cerr) that writes the file `path` names, or nullptr. Opened a
-// second time, a regular file that stdout writes (`--metrics /dev/stdout > log`) would be truncated and
-// written at an offset of its own, over the stream's lines; written through the stream, every line lands
-// whole and in order.
-inline std::ostream* standard_stream_of(const std::string& path) {
-  struct stat target {}, st {};
-  if (path.empty() || ::stat(path.c_str(), &target) != 0) return nullptr;
-  if (::fstat(STDOUT_FILENO, &st) == 0 && st.st_dev == target.st_dev && st.st_ino == target.st_ino) return &std::cout;
-  if (::fstat(STDERR_FILENO, &st) == 0 && st.st_dev == target.st_dev && st.st_ino == target.st_ino) return &std::cerr;
-  return nullptr;
 }
 
 }  // namespace lenet::engine

@@ -358,6 +358,11 @@ TEST_F(Cli, OutputFlagsThatCannotBeHonouredAreRefusedBeforeTraining) {
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("is a folder, not a file name (--save)"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("epoch 1/1"), std::string::npos) << "refused only after training: " << r.err;
+  // Renamed over, the file stdout writes would be cut off from it.
+  const Result out = run("--backend cpu --epochs 1 --train-limit 64 --test-limit 64 --save /dev/stdout");
+  EXPECT_EQ(out.status, 1);
+  EXPECT_NE(out.err.find("/dev/stdout: the file stdout or stderr writes (a rename would cut it off) (--save)"),
+            std::string::npos) << out.err;
   // On the CPU --num-gpus is the replica count; the checkpoint's is 1.
   expect_usage_error("--backend cpu --epochs 2 --train-limit 64 --test-limit 64 --num-gpus 2 --resume '" + a + "'",
                      "differs from 1 saved in --resume");
