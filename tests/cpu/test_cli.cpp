@@ -102,6 +102,21 @@ TEST_F(Cli, LimitLargerThanTheDataSetIsAUsageError) {
   expect_usage_error("--backend cpu --test-limit 10001", "--test-limit 10001: the test set has only 10000");
 }
 
+// The README's promise for the CPU backend: chunk gradients are added in a fixed order, so the trained
+// parameters are the same bits for any thread count (two replicas, a partial last minibatch).
+TEST_F(Cli, SameParametersForAnyThreadCount) {
+  std::vector<std::string> saved;
+  for (const char* threads : {"1", "3"}) {
+    const std::string file = (dir_ / (std::string("t") + threads + ".safetensors")).string();
+    const Result r = run("--backend cpu --replicas 2 --batch-size 100 --epochs 2 --train-limit 250 --test-limit 64 "
+                         "--quiet --save '" + file + "'", std::string("OMP_NUM_THREADS=") + threads + " ");
+    ASSERT_EQ(r.status, 0) << r.err;
+    saved.push_back(lenet::testing::slurp(file));
+  }
+  EXPECT_FALSE(saved[0].empty());
+  EXPECT_TRUE(saved[0] == saved[1]) << "the checkpoints of 1 and 3 threads differ";
+}
+
 TEST_F(Cli, UnwritableMetricsFileExits1NamingIt) {
   const std::string path = (dir_ / "no-such-dir" / "m.jsonl").string();
   const Result r = run("--backend cpu --epochs 1 --train-limit 64 --test-limit 64 --metrics '" + path + "'");

@@ -283,6 +283,31 @@ TEST(Gemm, BlasAndPortableAgreeForEveryTransposition) {
         }
 }
 
+// Leading dimensions wider than the operands (a row of a larger matrix): only the m x n window of C
+// changes, and the result is the same bits as with packed operands.
+TEST(Gemm, LeadingDimensionsWiderThanTheOperands) {
+  std::mt19937 gen(9);
+  const int m = 37, n = 45, k = 29, pad = 3;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      const int a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
+      const Vec a = random_vec(size_t(a_rows) * a_cols, gen), b = random_vec(size_t(b_rows) * b_cols, gen);
+      Vec a_wide(size_t(a_rows) * (a_cols + pad), 7.0), b_wide(size_t(b_rows) * (b_cols + pad), 7.0);
+      for (int i = 0; i < a_rows; ++i) std::copy_n(&a[size_t(i) * a_cols], a_cols, &a_wide[size_t(i) * (a_cols + pad)]);
+      for (int i = 0; i < b_rows; ++i) std::copy_n(&b[size_t(i) * b_cols], b_cols, &b_wide[size_t(i) * (b_cols + pad)]);
+      const Vec c0 = random_vec(size_t(m) * n, gen);
+      Vec packed = c0, wide(size_t(m) * (n + pad), -5.0);
+      for (int i = 0; i < m; ++i) std::copy_n(&c0[size_t(i) * n], n, &wide[size_t(i) * (n + pad)]);
+      gemm_portable<double>(ta, tb, m, n, k, 0.5, a.data(), a_cols, b.data(), b_cols, 2.0, packed.data(), n);
+      gemm_portable<double>(ta, tb, m, n, k, 0.5, a_wide.data(), a_cols + pad, b_wide.data(), b_cols + pad, 2.0,
+                            wide.data(), n + pad);
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n + pad; ++j)
+          ASSERT_EQ(wide[size_t(i) * (n + pad) + j], j < n ? packed[size_t(i) * n + j] : -5.0)
+              << "ta=" << ta << " tb=" << tb << " C[" << i << "][" << j << "]";
+    }
+}
+
 TEST(Model, LayoutMatchesTheArchitectureTable) {
   const auto& s = tensor_specs();
   EXPECT_EQ(s[kConv1W].size, 180u);
