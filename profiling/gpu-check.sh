@@ -25,16 +25,10 @@ case ${1:-} in
   -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
   -*) echo "gpu-check.sh: unknown option $1 (usage: profiling/gpu-check.sh OUTDIR; --help)" >&2; exit 2 ;;
 esac
-out=${1:?usage: profiling/gpu-check.sh OUTDIR}
-mkdir -p "$out" && out=$(cd "$out" && pwd)
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root" || exit 1
-exec > >(tee "$out/log") 2>&1
-export LENET_GPU_REQUIRED=1  # a GPU check whose GPU tests all skipped would test nothing
-
-start_time=$(date +%s)
-budget=${LENET_CHECK_BUDGET:-450}
-epochs=${LENET_CHECK_EPOCHS:-10}
+if (($# != 1)) || [[ -z $1 ]]; then
+  echo "usage: profiling/gpu-check.sh OUTDIR (--help says more)" >&2
+  exit 2
+fi
 phases=" ${LENET_CHECK_PHASES:-sanitizers tests experiment sweep bench cpu} "
 phase() { [[ $phases == *" $1 "* ]]; }
 all_phases="sanitizers tests gputests accuracy experiment sweep bench cpu"
@@ -44,6 +38,20 @@ for p in $phases; do
     exit 2
   fi
 done
+# Where the log and the results go is settled first: a check that cannot keep what it finds stops now.
+out=$1
+if ! mkdir -p "$out" 2>/dev/null || ! out=$(cd "$out" && pwd) || ! : >"$out/log" 2>/dev/null; then
+  echo "gpu-check.sh: cannot write into OUTDIR $1" >&2
+  exit 2
+fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root" || exit 1
+exec > >(tee "$out/log") 2>&1
+export LENET_GPU_REQUIRED=1  # a GPU check whose GPU tests all skipped would test nothing
+
+start_time=$(date +%s)
+budget=${LENET_CHECK_BUDGET:-450}
+epochs=${LENET_CHECK_EPOCHS:-10}
 bundle=$root/.gpu-bundle
 build=$root/build-gpu
 results=()
