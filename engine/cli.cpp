@@ -357,7 +357,8 @@ int run_cli(int argc, const char* const* argv) {
     const bool terminal = ::isatty(STDERR_FILENO) == 1;
     try {
       const TrainResult result = train(*backend, data, o.train, std::cerr, terminal);
-      std::cout << final_line(result.epochs.back().test_acc, result.mean_epoch_seconds, backend->devices()) << std::endl;
+      // On stdout, unless --metrics writes there: stdout then holds the JSON Lines alone.
+      (standard_stream_of(o.train.metrics_path) == &std::cout ? std::cerr : std::cout) << final_line(result.epochs.back().test_acc, result.mean_epoch_seconds, backend->devices()) << std::endl;
       // A signal during the last step or the last evaluation let the run complete; the status still says
       // it came, so that a script interrupted by it stops too.
       if (g_stop_signal != 0) {

@@ -4,8 +4,11 @@
 // slow the timed ones), host time to enqueue a step, allreduce time, final test accuracy and the ratio
 // to the first row; then the arithmetic floor, the allreduce alone (ring versus the textbook's gather to
 // replica 0) and a projection to several GPUs. Writes the tables as JSON and Markdown.
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -371,6 +374,10 @@ int main(int argc, char** argv) {
   unique(o.replicas);
   unique(o.allreduce_replicas);
   unique(o.peers);
+  // The same file under two names (peer.json, ./peer.json) too.
+  for (auto it = o.peers.begin(); it != o.peers.end();)
+    it = std::any_of(o.peers.begin(), it, [&](const std::string& p) { return engine::same_file(p, *it); }) ? o.peers.erase(it)
+                                                                                                      : it + 1;
   if (!engine::parse_u64(o.seed_text, o.seed)) {
     std::cerr << "lenet-bench: --seed " << o.seed_text << ": " << engine::kU64Rule << std::endl;
     return 2;
@@ -414,13 +421,21 @@ int main(int argc, char** argv) {
     std::vector<profiling::BenchRow> peer_rows;
     for (const std::string& file : o.peers) {
       constexpr size_t kLimit = size_t{1} << 20;  // a row is a few kilobytes
-      const std::vector<uint8_t> bytes = engine::read_without_waiting<std::runtime_error>(file, kLimit, "the --peers file");
-      if (bytes.size() == kLimit) throw std::runtime_error(file + ": larger than a peer row (over 1 MiB)");
+      const std::vector<uint8_t> bytes =
+          engine::read_without_waiting<std::runtime_error>(file, kLimit + 1, "the --peers file");
+      if (bytes.size() > kLimit) throw std::runtime_error(file + ": larger than a peer row (over 1 MiB)");
       try {
         peer_rows.push_back(profiling::row_from_json(nlohmann::json::parse(bytes.begin(), bytes.end())));
       } catch (const std::exception& e) {  // unreadable JSON, or a row without a field the table needs
         throw std::runtime_error(file + ": not a peer row (" + e.what() + ")");
       }
+      // Two rows of one name could not be told apart in the table.
+      std::vector<std::string> names;
+      for (const std::string& mode : o.modes)
+        for (int r : o.replicas) names.push_back(mode + " R=" + std::to_string(r));
+      for (size_t i = 0; i + 1 < peer_rows.size(); ++i) names.push_back(peer_rows[i].name);
+      if (std::find(names.begin(), names.end(), peer_rows.back().name) != names.end())
+        throw std::runtime_error(file + ": its row is named \"" + peer_rows.back().name + "\" as another row is");
     }
     const io::FashionMnist data = io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), size_t(o.train_limit),
                                                          size_t(o.test_limit));
@@ -454,7 +469,7 @@ int main(int argc, char** argv) {
       peer_notes += profiling::peer_mismatch(p, int64_t(data.train.size()), o.batch_size, o.lr);
     std::cerr << peer_notes;
     std::ostringstream md;
-    md << "# lenet-bench\n\n" << data.train.size() << " training examples, batch " << o.batch_size << ", lr " << o.lr
+    md << "# lenet-bench\n\n" << data.train.size() << " training examples, batch " << o.batch_size << ", lr " << engine::format_double(o.lr)
        << ", seed " << o.seed << "; seconds per epoch are the training pass only, mean of " << o.timed_epochs
        << " epoch(s) after a warm-up epoch"
        << (wants_gpu && !o.no_trace ? "; CUPTI columns from one further traced epoch; 'kernels/step' counts kernels "
@@ -499,7 +514,10 @@ int main(int argc, char** argv) {
         }
     }
     if (!o.no_projection && wants_gpu) out["projection"] = project(data, o, step_latency, md);
-    std::cout << md.str();
+    // On stdout, unless --json or --markdown writes there: stdout then holds that file's text alone.
+    const bool stdout_taken = engine::standard_stream_of(o.json_path) == &std::cout ||
+                              engine::standard_stream_of(o.markdown_path) == &std::cout;
+    (stdout_taken ? std::cerr : std::cout) << md.str();
     for (const auto& [path, text] : {std::pair<const std::string&, std::string>{o.markdown_path, md.str()},
                                      {o.json_path, out.dump(2) + "\n"}}) {
       if (path.empty()) continue;
@@ -511,7 +529,9 @@ int main(int argc, char** argv) {
         file.open(path);
         stream = &file;
       }
-      if (!(*stream << text << std::flush)) throw std::runtime_error(path + ": write failed");
+      errno = 0;
+      if (!(*stream << text << std::flush))
+        throw std::runtime_error(path + ": write failed" + (errno != 0 ? std::string(" (") + std::strerror(errno) + ")" : ""));
     }
     return 0;
   } catch (const std::exception& e) {

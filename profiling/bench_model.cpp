@@ -123,18 +123,45 @@ double get_number(const nlohmann::json& j, const char* key, double lo, double hi
   return d;
 }
 
-// A measurement: null where the row has none, else a number >= 0.
-std::optional<double> get_opt(const nlohmann::json& j, const char* key) {
+// A measurement: null where the row has none, else a number from 0 to `hi`.
+std::optional<double> get_opt(const nlohmann::json& j, const char* key,
+                              double hi = std::numeric_limits<double>::max()) {
   if (!j.contains(key)) throw std::runtime_error(std::string("benchmark row without \"") + key + "\"");
   if (j.at(key).is_null()) return std::nullopt;
-  return get_number(j, key, 0, std::numeric_limits<double>::max(), false);
+  return get_number(j, key, 0, hi, false);
 }
 
+// An optional list of numbers from 0 to `hi`, each checked as get_number does.
+std::vector<double> get_list(const nlohmann::json& j, const char* key, double hi) {
+  std::vector<double> out;
+  if (!j.contains(key)) return out;
+  if (!j.at(key).is_array()) throw std::runtime_error(std::string("\"") + key + "\" is not a list");
+  for (const nlohmann::json& v : j.at(key)) out.push_back(get_number({{key, v}}, key, 0, hi, false));
+  return out;
+}
+
+// A name shown in a Markdown table cell: printable, on one line.
+std::string get_name(const nlohmann::json& j, const char* key) {
+  const std::string s = j.at(key).get<std::string>();
+  if (s.empty() || std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }))
+    throw std::runtime_error(std::string("\"") + key + "\" is " + j.at(key).dump() + ", not a name on one line");
+  return s;
+}
+
+// Fixed-point with `digits` decimals; from 1e12 on, 4 significant digits with an exponent.
 std::string cell(const std::optional<double>& v, int digits) {
   if (!v) return "-";
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, *v);
+  if (std::fabs(*v) >= 1e12) std::snprintf(buf, sizeof buf, "%.3e", *v);
+  else std::snprintf(buf, sizeof buf, "%.*f", digits, *v);
   return buf;
+}
+
+// A table cell's text: '|' would end the cell.
+std::string escape_cell(const std::string& s) {
+  std::string out;
+  for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
 }
 
 }  // namespace
@@ -166,9 +193,9 @@ BenchRow row_from_json(const nlohmann::json& j) {
   for (const char* key : {"name", "impl", "mode", "replicas", "devices", "batch_size", "lr", "epochs"})
     if (!j.contains(key)) throw std::runtime_error(std::string("benchmark row without \"") + key + "\"");
   BenchRow r;
-  r.name = j.at("name").get<std::string>();
-  r.impl = j.at("impl").get<std::string>();
-  r.mode = j.at("mode").get<std::string>();
+  r.name = get_name(j, "name");
+  r.impl = get_name(j, "impl");
+  r.mode = get_name(j, "mode");
   constexpr double kMostInt = std::numeric_limits<int>::max();
   r.replicas = static_cast<int>(get_number(j, "replicas", 1, kMostInt, true));
   r.devices = j.at("devices").get<std::vector<std::string>>();
@@ -185,9 +212,9 @@ BenchRow row_from_json(const nlohmann::json& j) {
   r.kernel_launches_per_step = get_opt(j, "kernel_launches_per_step");
   r.graph_launches_per_step = get_opt(j, "graph_launches_per_step");
   r.allreduce_ms_per_step = get_opt(j, "allreduce_ms_per_step");
-  r.test_acc = get_opt(j, "test_acc");
-  if (j.contains("test_acc_per_epoch")) r.test_acc_per_epoch = j.at("test_acc_per_epoch").get<std::vector<double>>();
-  if (j.contains("epoch_seconds")) r.epoch_seconds = j.at("epoch_seconds").get<std::vector<double>>();
+  r.test_acc = get_opt(j, "test_acc", 1);
+  r.test_acc_per_epoch = get_list(j, "test_acc_per_epoch", 1);
+  r.epoch_seconds = get_list(j, "epoch_seconds", std::numeric_limits<double>::max());
   return r;
 }
 
@@ -221,12 +248,12 @@ std::string markdown_table(const std::vector<BenchRow>& rows, const std::string&
     }
   std::ostringstream out;
   out << "| configuration | s/epoch | examples/s | kernel ms/step | idle ms/step | host ms/step | kernels/step | "
-         "graphs/step | allreduce ms/step | test acc | time vs " << reference << " |\n";
+         "graphs/step | allreduce ms/step | test acc | time vs " << escape_cell(reference) << " |\n";
   out << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const BenchRow& r : rows) {
     std::optional<double> ratio;
     if (ref && r.seconds_per_epoch && *r.seconds_per_epoch > 0) ratio = *r.seconds_per_epoch / *ref;
-    out << "| " << r.name << " | " << cell(r.seconds_per_epoch, 3) << " | " << cell(r.examples_per_second, 0) << " | "
+    out << "| " << escape_cell(r.name) << " | " << cell(r.seconds_per_epoch, 3) << " | " << cell(r.examples_per_second, 0) << " | "
         << cell(r.kernel_ms_per_step, 3) << " | " << cell(r.idle_ms_per_step, 3) << " | "
         << cell(r.host_enqueue_ms_per_step, 3) << " | " << cell(r.kernel_launches_per_step, 1) << " | "
         << cell(r.graph_launches_per_step, 1) << " | " << cell(r.allreduce_ms_per_step, 3) << " | "

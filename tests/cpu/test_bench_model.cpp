@@ -139,7 +139,13 @@ TEST(BenchModel, JsonRoundTripAndMarkdown) {
            {"batch_size", "256", "\"batch_size\" is \"256\", not an integer"},
            {"train_examples", 1e30, "\"train_examples\" is 1e+30, not an integer from 0 to 9007199254740992"},
            {"lr", 0, "\"lr\" is 0, not a number"},
-           {"seconds_per_epoch", -1.0, "\"seconds_per_epoch\" is -1.0, not a number from 0"}}) {
+           {"seconds_per_epoch", -1.0, "\"seconds_per_epoch\" is -1.0, not a number from 0"},
+           {"test_acc", 7.5, "\"test_acc\" is 7.5, not a number from 0 to 1"},
+           {"test_acc_per_epoch", {0.5, -3}, "\"test_acc_per_epoch\" is -3, not a number from 0 to 1"},
+           {"test_acc_per_epoch", 0.5, "\"test_acc_per_epoch\" is not a list"},
+           {"epoch_seconds", {1.0, "x"}, "\"epoch_seconds\" is \"x\", not a number"},
+           {"name", "a\nb", "\"name\" is \"a\\nb\", not a name on one line"},
+           {"mode", "", "\"mode\" is \"\", not a name on one line"}}) {
     nlohmann::json bad = to_json(b);
     bad[key] = value;
     try {
@@ -153,6 +159,11 @@ TEST(BenchModel, JsonRoundTripAndMarkdown) {
   EXPECT_NE(md.find("| naive R=1 | 2.000 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| 0.8300 | 0.250 |"), std::string::npos) << md;  // graph takes 0.25 of naive's time
   EXPECT_NE(md.find("| - |"), std::string::npos) << md;               // unmeasured columns
+  // A '|' in a name stays inside its cell; a huge time keeps its magnitude (not cut to a buffer's 63 digits).
+  BenchRow odd = sample_row("a|b", 1e300);
+  const std::string md2 = markdown_table({odd, a}, "a|b");
+  EXPECT_NE(md2.find("| a\\|b | 1.000e+300 |"), std::string::npos) << md2;
+  EXPECT_NE(md2.find("time vs a\\|b |"), std::string::npos) << md2;
 }
 
 TEST(BenchModel, PeerRowsOfOtherSettingsAreFlagged) {
@@ -193,17 +204,15 @@ TEST_F(BenchTool, CpuRowsWriteJsonAndMarkdown) {
   EXPECT_NE(lenet::testing::slurp(md).find("| cpu R=2 |"), std::string::npos);
 }
 
-// --json naming the file stdout writes: the JSON follows the table there instead of overwriting it.
+// --json naming the file stdout writes: stdout holds the JSON alone, the table goes to stderr.
 TEST_F(BenchTool, JsonIntoStdout) {
   const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1 "
                           "--train-limit 256 --test-limit 64 --epochs 1 --json /dev/stdout >'" + (dir_ / "out").string() +
-                          "' 2>/dev/null";
+                          "' 2>'" + (dir_ / "err").string() + "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   const std::string out = lenet::testing::slurp(dir_ / "out");
-  const size_t json = out.find("\n{\n");
-  ASSERT_NE(json, std::string::npos) << out;
-  EXPECT_NE(out.substr(0, json).find("| cpu R=1 |"), std::string::npos) << out;
-  EXPECT_EQ(nlohmann::json::parse(out.substr(json + 1))["rows"].size(), 1u) << out;
+  EXPECT_EQ(nlohmann::json::parse(out)["rows"].size(), 1u) << out;
+  EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("| cpu R=1 |"), std::string::npos);
 }
 
 // Everything that could fail after the benchmark's minutes is checked first; a peer row from another
@@ -218,10 +227,14 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
     const int raw = std::system((base + args + " >/dev/null 2>'" + err + "'").c_str());
     return WEXITSTATUS(raw);
   };
-  EXPECT_EQ(run_bench("--json '" + (dir_ / "missing" / "b.json").string() + "'"), 1);
-  std::string text = lenet::testing::slurp(dir_ / "err");
-  EXPECT_NE(text.find("b.json: cannot write into the folder"), std::string::npos) << text;
-  EXPECT_EQ(text.find("cpu R=1"), std::string::npos) << "benchmarked before failing: " << text;
+  std::ofstream(dir_ / "a-file") << "x";
+  std::string text;
+  for (const char* folder : {"missing", "a-file"}) {  // no folder there, or a file where the folder should be
+    EXPECT_EQ(run_bench("--json '" + (dir_ / folder / "b.json").string() + "'"), 1) << folder;
+    text = lenet::testing::slurp(dir_ / "err");
+    EXPECT_NE(text.find("b.json: cannot write into the folder"), std::string::npos) << text;
+    EXPECT_EQ(text.find("cpu R=1"), std::string::npos) << "benchmarked before failing: " << text;
+  }
   std::ofstream(dir_ / "bad-peer.json") << "{\"name\": \"x\"}";
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --peers '" + (dir_ / "bad-peer.json").string() + "'"), 1);
   text = lenet::testing::slurp(dir_ / "err");
@@ -263,11 +276,30 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   peer.train_examples = 60000;
   peer.seconds_per_epoch = 22.0;
   std::ofstream(dir_ / "peer.json") << to_json(peer).dump();
-  ASSERT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --peers '" + (dir_ / "peer.json").string() + "'"), 0)
+  // The same file under two names is one row; the lr in the table's heading is the run's, unrounded.
+  ASSERT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --lr 0.2000001 --peers '" +
+                      (dir_ / "peer.json").string() + "' '" + (dir_ / "." / "peer.json").string() + "'"),
+            0)
       << lenet::testing::slurp(dir_ / "err");
-  EXPECT_NE(lenet::testing::slurp(dir_ / "b.md").find("Note: pytorch-textbook R=1 ran on 60000 training examples (this run: 256)"),
-            std::string::npos)
-      << lenet::testing::slurp(dir_ / "b.md");
+  text = lenet::testing::slurp(dir_ / "b.md");
+  EXPECT_NE(text.find("Note: pytorch-textbook R=1 ran on 60000 training examples (this run: 256)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("batch 256, lr 0.2000001,"), std::string::npos) << text;
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(dir_ / "b.json"))["rows"].size(), 2u);
+  // Two rows of one name could not be told apart: refused, naming the file.
+  peer.name = "cpu R=1";
+  std::ofstream(dir_ / "same-name.json") << to_json(peer).dump();
+  EXPECT_EQ(run_bench("--peers '" + (dir_ / "same-name.json").string() + "'"), 1);
+  text = lenet::testing::slurp(dir_ / "err");
+  EXPECT_NE(text.find("same-name.json: its row is named \"cpu R=1\" as another row is"), std::string::npos) << text;
+  // A row of exactly 1 MiB (spaces after the JSON) is read; one byte more is refused.
+  for (const size_t size : {size_t{1} << 20, (size_t{1} << 20) + 1}) {
+    peer.name = "big";
+    std::ofstream(dir_ / "big.json") << to_json(peer).dump() << std::string(size - to_json(peer).dump().size(), ' ');
+    ASSERT_EQ(std::filesystem::file_size(dir_ / "big.json"), size);
+    EXPECT_EQ(run_bench("--peers '" + (dir_ / "big.json").string() + "'"), size == (size_t{1} << 20) ? 0 : 1)
+        << lenet::testing::slurp(dir_ / "err");
+  }
 }
 
 TEST_F(BenchTool, GpuModesWithoutDeviceIsAUsageError) {
