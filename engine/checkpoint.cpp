@@ -453,6 +453,11 @@ Checkpoint load_checkpoint_bytes(const uint8_t* data, size_t size, const std::st
                 std::to_string(size) + " bytes)");
   }
   const uint8_t* header_begin = data + kLengthBytes;
+  // The JSON parser takes a NUL byte for the end of its input, which would leave the bytes after it unread.
+  if (const void* nul = std::memchr(header_begin, 0, header_size); nul != nullptr) {
+    reader.fail("header holds a NUL byte at offset " +
+                std::to_string(kLengthBytes + (static_cast<const uint8_t*>(nul) - header_begin)) + ", not JSON text");
+  }
   const nlohmann::json header = reader.parse(header_begin, header_begin + header_size);
   if (!header.is_object()) reader.fail("header is " + std::string(header.type_name()) + ", not a JSON object");
 

@@ -1,9 +1,12 @@
 #include "engine/cli.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <new>
@@ -192,7 +195,33 @@ extern "C" void on_stop_signal(int signal) {
   g_stop_signal = signal;
 }
 
+// Once a stop's line is being written, a second signal would add a line of its own: blocked from then
+// to the exit, which has the status the first signal set.
+void block_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, signal);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+}
+
+// A standard descriptor the caller closed (`>&-`) is taken by /dev/null opened the other way round: no
+// file opened later (--metrics) lands on it to receive the progress lines, and a write to it fails.
+void reserve_standard_descriptors() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    const int got = ::open("/dev/null", fd == 0 ? O_WRONLY : O_RDONLY);  // the lowest free descriptor: fd
+    if (got >= 0 && got != fd) {
+      ::dup2(got, fd);
+      ::close(got);
+    }
+  }
+}
+
 void install_stop_handlers() {
+  // A reader of --metrics or stdout that goes away, or a file-size limit, makes the write fail with an
+  // error the run reports (exit 1, a checkpoint save leaving no temporary file), not a silent death.
+  std::signal(SIGPIPE, SIG_IGN);
+  std::signal(SIGXFSZ, SIG_IGN);
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);  // each blocks the others while it runs: two signals never both look first
@@ -249,10 +278,21 @@ void apply_resume_state(CliOptions& o, const TrainingState& st) {
 int run_cli(int argc, const char* const* argv) {
   // A signal outside the training loop (while loading, setting up or evaluating) ends the run there.
   auto stopped = [](const char* when) {
+    block_stop_signals();
     std::cerr << kProgram << ": stopped by signal " << g_stop_signal << " " << when << std::endl;
     return 128 + static_cast<int>(g_stop_signal);
   };
+  reserve_standard_descriptors();
   install_stop_handlers();  // first: a signal at any point after start-up gets its line and status
+  // The source text's final line is the run's result: a stdout that cannot take it is an error.
+  auto print_final = [](std::ostream& out, const std::string& line) {
+    errno = 0;
+    out << line << std::endl;
+    if (out) return true;
+    std::cerr << kProgram << ": error: " << (&out == &std::cout ? "stdout" : "stderr") << ": write failed"
+              << (errno != 0 ? std::string(" (") + std::strerror(errno) + ")" : std::string()) << std::endl;
+    return false;
+  };
   try {
     const std::optional<CliOptions> parsed = parse_cli(argc, argv);
     if (!parsed) return 0;
@@ -340,8 +380,7 @@ int run_cli(int argc, const char* const* argv) {
       const double acc = static_cast<double>(backend->count_correct(data.test, o.train.batch_size)) /
                          static_cast<double>(data.test.size());
       if (g_stop_signal != 0) return stopped("while evaluating");
-      std::cout << final_line(acc, -1, backend->devices()) << std::endl;
-      return 0;
+      return print_final(std::cout, final_line(acc, -1, backend->devices())) ? 0 : 1;
     }
     bool saved = false;
     if (!o.save_path.empty()) {
@@ -358,16 +397,20 @@ int run_cli(int argc, const char* const* argv) {
     try {
       const TrainResult result = train(*backend, data, o.train, std::cerr, terminal);
       // On stdout, unless --metrics writes there: stdout then holds the JSON Lines alone.
-      (standard_stream_of(o.train.metrics_path) == &std::cout ? std::cerr : std::cout) << final_line(result.epochs.back().test_acc, result.mean_epoch_seconds, backend->devices()) << std::endl;
+      if (!print_final(standard_stream_of(o.train.metrics_path) == &std::cout ? std::cerr : std::cout,
+                       final_line(result.epochs.back().test_acc, result.mean_epoch_seconds, backend->devices())))
+        return 1;
       // A signal during the last step or the last evaluation let the run complete; the status still says
       // it came, so that a script interrupted by it stops too.
       if (g_stop_signal != 0) {
+        block_stop_signals();
         std::cerr << kProgram << ": stopped by signal " << g_stop_signal << " after the run's last step: the run is complete"
                   << (saved ? ", checkpoint written to " + o.save_path : "") << std::endl;
         return 128 + static_cast<int>(g_stop_signal);
       }
       return 0;
     } catch (const TrainingStopped& e) {
+      block_stop_signals();
       // The flag a checkpoint does not record, which a resumed run needs again to go on alike.
       const std::string again = o.train.metrics_path.empty() ? "" : " --metrics " + o.train.metrics_path;
       std::cerr << kProgram << ": " << e.what()

@@ -16,9 +16,11 @@
 namespace lenet::engine {
 namespace {
 
+// OpenMP's default (OMP_NUM_THREADS, else every core), at most one per core: more only contend for the
+// cores, and each thread's share of the chunk buffers costs memory (OMP_NUM_THREADS=100000 crashed libgomp).
 int thread_count(int asked) {
 #ifdef _OPENMP
-  return asked > 0 ? asked : omp_get_max_threads();
+  return asked > 0 ? asked : std::max(1, std::min(omp_get_max_threads(), omp_get_num_procs()));
 #else
   (void)asked;
   return 1;

@@ -41,18 +41,26 @@ inline std::string temporary_name(const std::string& target, const std::string& 
   return (t.parent_path() / (name.substr(0, room > suffix.size() ? room - suffix.size() : 1) + suffix)).string();
 }
 
-// Why `path` cannot be written as a file: it names a folder, its folder (the folder of the file a
-// symbolic link names) is not writable, or its name is longer than that folder takes; empty when none.
-// (A file that exists is replaced.)
-inline std::string output_file_problem(const std::string& path) {
+// Why a new file cannot be made at `path`: its folder (the folder of the file a symbolic link names) is
+// not writable, or its name is longer than that folder takes; empty when none.
+inline std::string new_file_problem(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return path + ": is a folder, not a file name";
   const std::filesystem::path file = std::filesystem::absolute(follow_links(path), ec), folder = file.parent_path();
   if (ec || !std::filesystem::is_directory(folder, ec) || ::access(folder.c_str(), W_OK) != 0)
     return path + ": cannot write into the folder " + folder.string();
   if (const size_t most = longest_name(folder); file.filename().string().size() > most)
     return path + ": a file name longer than the " + std::to_string(most) + " bytes its folder takes";
   return "";
+}
+
+// Why `path` cannot be written as a file: it names a folder, a loop of symbolic links or a file that
+// may not be written, or nothing yet where no file can be made (new_file_problem); empty when none.
+inline std::string output_file_problem(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return path + ": is a folder, not a file name";
+  if (::access(path.c_str(), F_OK) == 0) return ::access(path.c_str(), W_OK) == 0 ? "" : path + ": is read-only";
+  if (errno == ELOOP) return path + ": a loop of symbolic links, naming no file";
+  return new_file_problem(path);
 }
 
 // Whether something other than a regular file is there (a rename over /dev/null would replace the
@@ -74,14 +82,13 @@ inline std::ostream* standard_stream_of(const std::string& path) {
   return nullptr;
 }
 
-// The same as output_file_problem for a file replaced by a rename (a checkpoint): what `path` names
-// must also be a regular file that may be written, or nothing yet.
+// The same as output_file_problem for a file replaced by a rename (a checkpoint): a new file must also
+// be possible in its folder, and what `path` names must be a regular file, or nothing yet.
 inline std::string replaced_file_problem(const std::string& path) {
   if (std::string problem = output_file_problem(path); !problem.empty()) return problem;
+  if (std::string problem = new_file_problem(path); !problem.empty()) return problem;  // the rename's new file
   if (other_than_regular_file(path)) return path + ": not a regular file";
   if (standard_stream_of(path) != nullptr) return path + ": the file stdout or stderr writes (a rename would cut it off)";
-  std::error_code ec;
-  if (std::filesystem::exists(path, ec) && ::access(path.c_str(), W_OK) != 0) return path + ": is read-only";
   return "";
 }
 

@@ -418,6 +418,8 @@ int main(int argc, char** argv) {
       if (!pipes.back()->problem().empty()) throw std::runtime_error(pipes.back()->problem());
     }
     const std::filesystem::path timeline_folder = engine::folder_beside(o.json_path);  // empty: none written
+    if (wants_gpu && !o.no_trace && !timeline_folder.empty() && ::access(timeline_folder.c_str(), W_OK) != 0)
+      throw std::runtime_error(o.json_path + ": cannot write the timelines into its folder " + timeline_folder.string());
     std::vector<profiling::BenchRow> peer_rows;
     for (const std::string& file : o.peers) {
       constexpr size_t kLimit = size_t{1} << 20;  // a row is a few kilobytes

@@ -603,7 +603,10 @@ TEST_F(CheckpointFiles, HeaderThatIsNotJsonIsRejected) {
   std::string text = p.header_text;
   text[text.find(':')] = ';';
   EXPECT_CONTAINS(rejection(join(text, p.data)), "header is not valid JSON");
-  EXPECT_CONTAINS(rejection(join(std::string(p.header_text.size(), '\0'), p.data)), "header is not valid JSON");
+  EXPECT_CONTAINS(rejection(join(std::string(p.header_text.size(), '\0'), p.data)), "header holds a NUL byte at offset 8");
+  // The parser would stop at a NUL: the header's own JSON, then a NUL and anything, must not load.
+  const std::string after = p.header_text + std::string(1, '\0') + "{not json [[[";
+  EXPECT_CONTAINS(rejection(join(after, p.data)), "header holds a NUL byte at offset " + std::to_string(8 + p.header_text.size()));
   const std::string not_utf8 = rejection(join("{\"a\":\"\xff\"}", p.data));
   EXPECT_CONTAINS(not_utf8, "header is not valid JSON");
   EXPECT_CONTAINS(not_utf8, "\\xff");  // the byte named, not sent raw to the terminal

@@ -103,18 +103,66 @@ TEST_F(Cli, LimitLargerThanTheDataSetIsAUsageError) {
 }
 
 // The README's promise for the CPU backend: chunk gradients are added in a fixed order, so the trained
-// parameters are the same bits for any thread count (two replicas, a partial last minibatch).
+// parameters are the same bits for any thread count (two replicas, a partial last minibatch). OpenBLAS's
+// own start-up thread count, which changes its bits (README), stays 1.
 TEST_F(Cli, SameParametersForAnyThreadCount) {
   std::vector<std::string> saved;
   for (const char* threads : {"1", "3"}) {
     const std::string file = (dir_ / (std::string("t") + threads + ".safetensors")).string();
     const Result r = run("--backend cpu --replicas 2 --batch-size 100 --epochs 2 --train-limit 250 --test-limit 64 "
-                         "--quiet --save '" + file + "'", std::string("OMP_NUM_THREADS=") + threads + " ");
+                         "--quiet --save '" + file + "'", std::string("OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=") + threads + " ");
     ASSERT_EQ(r.status, 0) << r.err;
     saved.push_back(lenet::testing::slurp(file));
   }
   EXPECT_FALSE(saved[0].empty());
   EXPECT_TRUE(saved[0] == saved[1]) << "the checkpoints of 1 and 3 threads differ";
+}
+
+// What the environment can do to a run: each is one line and exit 1, or a run that goes on, never a
+// silent death by signal or a result lost without a word.
+TEST_F(Cli, HostileEnvironment) {
+  const std::string quick = "--backend cpu --quiet --epochs 1 --train-limit 64 --test-limit 64";
+  // A stdout that cannot take the final line (`then` redirects again, after run's own redirections).
+  Result r = run(quick, "", " >/dev/full");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "lenet-train: error: stdout: write failed (No space left on device)\n");
+  r = run(quick, "", " >&-");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "lenet-train: error: stdout: write failed (Bad file descriptor)\n");
+  // A closed stderr: the metrics file must not take its place (and the progress lines with it).
+  const fs::path metrics = dir_ / "m.jsonl";
+  r = run("--backend cpu --epochs 2 --train-limit 64 --test-limit 64 --metrics '" + metrics.string() + "'", "", " 2>&-");
+  EXPECT_EQ(r.status, 0);
+  std::ifstream in(metrics);
+  int records = 0;
+  for (std::string line; std::getline(in, line); ++records) EXPECT_EQ(line.rfind("{\"backend\"", 0), 0u) << line;
+  EXPECT_EQ(records, 2);
+  // A metrics reader that leaves after the first record.
+  const fs::path pipe = dir_ / "pipe";
+  ASSERT_EQ(::mkfifo(pipe.c_str(), 0600), 0);
+  r = run("--backend cpu --quiet --epochs 3 --train-limit 256 --test-limit 64 --metrics '" + pipe.string() + "'",
+          "head -n 1 '" + pipe.string() + "' >/dev/null & sleep 0.2; timeout 60 env ");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "lenet-train: error: " + pipe.string() + ": write failed (Broken pipe) (--metrics)\n");
+  // A file-size limit below a checkpoint's 516 KB: the save fails, leaving no temporary file.
+  const fs::path ckpt = dir_ / "c.safetensors";
+  r = run(quick + " --save '" + ckpt.string() + "'", "ulimit -f 200; ");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("File too large"), std::string::npos) << r.err;
+  for (const auto& entry : fs::directory_iterator(dir_))
+    EXPECT_EQ(entry.path().filename().string().find("c.safetensors"), std::string::npos) << entry.path();
+  // A loop of symbolic links names no file to write.
+  fs::create_symlink("loop2", dir_ / "loop1");
+  fs::create_symlink("loop1", dir_ / "loop2");
+  for (const char* flag : {"--save", "--metrics"}) {
+    r = run(quick + " " + flag + " '" + (dir_ / "loop1").string() + "'");
+    EXPECT_EQ(r.status, 1) << flag;
+    EXPECT_NE(r.err.find("loop1: a loop of symbolic links, naming no file"), std::string::npos) << r.err;
+    EXPECT_TRUE(fs::is_symlink(dir_ / "loop1"));
+  }
+  // More threads asked for than there are cores: as many as there are cores.
+  r = run(quick, "OMP_NUM_THREADS=100000 ");
+  EXPECT_EQ(r.status, 0) << r.err;
 }
 
 TEST_F(Cli, UnwritableMetricsFileExits1NamingIt) {
