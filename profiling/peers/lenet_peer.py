@@ -17,6 +17,7 @@ import gzip
 import json
 import math
 import os
+import struct
 import sys
 import time
 import zlib
@@ -87,8 +88,13 @@ def parse_args(argv):
 
     if a.batch_size < 1:
         raise UsageError(f"--batch-size {a.batch_size}: must be at least 1")
-    if not math.isfinite(a.lr) or a.lr <= 0:
-        raise UsageError(f"--lr {a.lr}: must be a finite number above 0")
+    # As lenet-train: the float32 the learning rate rounds to must be above 0 and finite.
+    try:
+        lr32 = struct.unpack("f", struct.pack("f", a.lr))[0]
+    except OverflowError:
+        lr32 = math.inf
+    if not (math.isfinite(lr32) and lr32 > 0):
+        raise UsageError(f"--lr {a.lr}: must be a number > 0 that float32 holds (1.4e-45 to 3.4e38)")
     if a.epochs < 1:
         raise UsageError(f"--epochs {a.epochs}: must be at least 1")
     if a.num_gpus is not None and a.num_gpus < 1:
@@ -106,6 +112,8 @@ def parse_args(argv):
     if a.profile_steps < 0:
         raise UsageError(f"--profile-steps {a.profile_steps}: must be at least 0")
     for flag, path in (("--json", a.json), ("--dump-params", a.dump_params)):
+        if path == "":
+            raise UsageError(f"{flag}: empty value")
         if path is not None:
             folder = os.path.dirname(os.path.abspath(path))
             if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
@@ -342,6 +350,7 @@ def run_textbook(torch, F, args, devices, data, timing, trained):
             steps += 1
         seconds = time.perf_counter() - t0
         acc = evaluate(torch, F, model.replicas[0], test_xf, test_y, devices[0], B, True)
+        check_finite(torch, model.replicas, epoch, args.lr)
         timing.epoch_done(epoch, seconds, acc, steps, enqueue if on_cuda else None)
     trained(model.replicas)
 
@@ -501,6 +510,7 @@ def run_graphs(torch, F, args, device, replicas, data, timing, trained):
         model.sync()
         seconds = time.perf_counter() - t0
         acc = evaluate(torch, F, model.replicas[0], test_xf, test_y_dev, device, args.batch_size, True)
+        check_finite(torch, model.replicas, epoch, args.lr)
         timing.epoch_done(epoch, seconds, acc, model.steps_per_epoch, enqueue)
     trained(model.replicas)
 
@@ -653,6 +663,12 @@ def write_json(path, obj):
         os.replace(tmp, path)
     except OSError as e:
         raise DataError(f"{path}: cannot write ({e.strerror})")
+
+
+def check_finite(torch, replicas, epoch, lr):
+    """After each epoch, as lenet-bench does: a diverged run's times and accuracy would mean nothing."""
+    if not all(bool(torch.isfinite(q).all()) for q in replicas[0]):
+        raise DataError(f"the parameters became non-finite in epoch {epoch + 1}; try a smaller --lr (this run: {lr})")
 
 
 def dump_params(torch, path, replicas):

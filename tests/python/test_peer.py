@@ -280,7 +280,7 @@ class PeerErrors(WithDataset):
             ["--batch-size", "0"], ["--batch-size", "-3"], ["--lr", "0"], ["--lr", "-0.1"], ["--lr", "nan"],
             ["--lr", "inf"], ["--replicas", "0"], ["--replicas", "17", "--batch-size", "16"], ["--epochs", "0"],
             ["--num-gpus", "0"], ["--bogus"], ["--batch-size", "many"], ["--variant", "fast"],
-            ["--train-limit", "0"],
+            ["--train-limit", "0"], ["--lr", "1e39"], ["--lr", "1e-50"], ["--json", ""], ["--dump-params", ""],
         ]
         for args in cases:
             with self.subTest(args=args):
@@ -300,6 +300,14 @@ class PeerErrors(WithDataset):
             proc = subprocess.run([sys.executable, PEER, "--data-dir", self.data, "--json", out], stdout=f,
                                   stderr=subprocess.PIPE, text=True, timeout=600)
         self.assertIn("the file stdout or stderr writes", self.assert_one_line(proc, 1))
+
+    @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+    def test_diverged_run_is_an_error(self):
+        js = os.path.join(self.tmp.name, "diverged.json")
+        line = self.assert_one_line(run_peer("--data-dir", self.data, "--batch-size", "32", "--epochs", "3",
+                                             "--lr", "1e30", "--json", js, "--quiet"), 1)
+        self.assertRegex(line, r"the parameters became non-finite in epoch \d; try a smaller --lr")
+        self.assertFalse(os.path.exists(js))
 
     @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
     def test_missing_data_names_the_package(self):
