@@ -36,29 +36,45 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def is_number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer beyond any float (JSON allows 400 digits)
+        return False
 
 
 def three_digits(x):
+    """x to 3 significant digits without an exponent: 12.4, 3.04, 0.0000400, 1230."""
     s = format(x, "#.3g")
     if "e" in s:
-        s = str(int(round(float(s))))
+        exponent = int(s.split("e")[1])
+        s = str(int(round(float(s)))) if exponent >= 0 else format(float(s), f".{2 - exponent}f")
     return s.rstrip(".")
 
 
 # ------------------------------------------------------------------------------------------ reading
 
 def input_files(paths):
-    files = []
+    """The files to read, each once (a folder and a file in it may both be given); in folders only regular
+    files (a named pipe there would wait for a writer)."""
+    files, seen = [], set()
+    def add(path):
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen.add(real)
+            files.append(path)
     for path in paths:
         if os.path.isdir(path):
-            found = []
             for root, dirs, names in os.walk(path):
                 dirs.sort()
-                found += [os.path.join(root, n) for n in sorted(names) if n.endswith((".json", ".jsonl"))]
-            files += found
+                for n in sorted(names):
+                    if n.endswith((".json", ".jsonl")) and os.path.isfile(os.path.join(root, n)):
+                        add(os.path.join(root, n))
         elif os.path.isfile(path):
-            files.append(path)
+            add(path)
+        elif os.path.exists(path):
+            raise PlotError(f"{path}: not a regular file or folder")
         else:
             raise PlotError(f"{path}: no such file or folder")
     return files
@@ -74,7 +90,9 @@ def parse_file(path):
     if not path.endswith(".jsonl"):
         try:
             return [json.loads(text)]
-        except json.JSONDecodeError as e:
+        except RecursionError:
+            raise PlotError(f"{path}: JSON nested too deeply")
+        except ValueError as e:  # JSONDecodeError, or an integer of more digits than Python converts
             whole = e
             # A .json file may still be JSON Lines (several objects, one per line); if it is not, the
             # error of the whole document is the one worth reporting.
@@ -86,7 +104,9 @@ def parse_file(path):
             continue
         try:
             values.append(json.loads(line))
-        except json.JSONDecodeError as e:
+        except RecursionError:
+            raise PlotError(f"{path}:{number}: JSON nested too deeply")
+        except ValueError as e:
             if not path.endswith(".jsonl"):
                 raise PlotError(f"{path}: unreadable JSON ({whole})")
             raise PlotError(f"{path}:{number}: unreadable JSON ({e})")
@@ -114,7 +134,11 @@ def load(paths):
     bench, timelines, metrics = [], [], []
     skipped = []
     for path in input_files(paths):
-        for kind, rec in (r for v in parse_file(path) for r in classify(v)):
+        try:
+            records = [r for v in parse_file(path) for r in classify(v)]
+        except RecursionError:
+            raise PlotError(f"{path}: JSON nested too deeply")
+        for kind, rec in records:
             if kind == "bench":
                 bench.append((path, rec))
             elif kind == "metrics":
@@ -148,7 +172,9 @@ def metrics_runs(metrics):
     for path, m in metrics:
         key = (path,) + tuple(json.dumps(m.get(k)) for k in RUN_KEYS)
         epoch = m.get("epoch")
-        if not is_number(epoch) or not is_number(m.get("test_acc")):
+        if not is_number(epoch) or not is_number(m.get("test_acc")) or not 0 <= m["test_acc"] <= 1:
+            print(f"{PROG}: {path}: a metrics line without a numeric epoch and a test_acc from 0 to 1; not drawn",
+                  file=sys.stderr)
             continue
         if runs and runs[-1]["key"] == key and epoch > runs[-1]["epochs"][-1]:
             runs[-1]["epochs"].append(epoch)
@@ -183,8 +209,11 @@ def accuracy_series(bench, metrics):
     seen = set()
     for path, row in bench:
         acc = row.get("test_acc_per_epoch")
-        if isinstance(acc, list) and acc and all(is_number(a) for a in acc):
-            name = str(row.get("name") or row.get("impl"))
+        name = str(row.get("name") or row.get("impl"))
+        if isinstance(acc, list) and acc and not all(is_number(a) and 0 <= a <= 1 for a in acc):
+            print(f"{PROG}: {path}: {name}: test accuracies that are not numbers from 0 to 1; not drawn",
+                  file=sys.stderr)
+        elif isinstance(acc, list) and acc:
             # One run's row found twice (lenet-bench --peers copies the peers' rows into its own file)
             # is one line, not two drawn on top of each other.
             if (name, tuple(acc)) in seen:
@@ -238,12 +267,13 @@ def timeline_panels(timelines):
     for path, t in timelines:
         steps = []
         for i, s in enumerate(t["steps"]):
-            if not isinstance(s, dict) or not is_number(s.get("busy_ms")) or not is_number(s.get("idle_ms")):
+            if (not isinstance(s, dict) or not is_number(s.get("busy_ms")) or not is_number(s.get("idle_ms"))
+                    or s["busy_ms"] < 0 or s["idle_ms"] < 0):
                 steps = None
                 break
             steps.append((s.get("step", i) if is_number(s.get("step", i)) else i, s["busy_ms"], s["idle_ms"]))
         if not steps:
-            print(f"{PROG}: {path}: timeline without usable steps (each needs numeric busy_ms and idle_ms); "
+            print(f"{PROG}: {path}: timeline without usable steps (each needs busy_ms and idle_ms, numbers >= 0); "
                   "skipped", file=sys.stderr)
             continue
         steps.sort()
@@ -261,6 +291,9 @@ def pyplot():
     try:
         import matplotlib
         matplotlib.use("Agg")
+        # Labels are names from the files: a '$' in one is text, not the start of a formula.
+        if "text.parse_math" in matplotlib.rcParams:
+            matplotlib.rcParams["text.parse_math"] = False
         import matplotlib.pyplot as plt
     except ImportError as e:
         raise PlotError(f"matplotlib is not importable ({e}); install it, e.g. `apt-get install python3-matplotlib`",
@@ -274,6 +307,8 @@ def save(plt, fig, out_dir, name):
         fig.savefig(path, dpi=120, bbox_inches="tight")
     except OSError as e:
         raise PlotError(f"{path}: cannot write ({e.strerror})", 1)
+    except ValueError as e:  # a figure of too many bars or panels: "Image size of ... pixels is too large"
+        raise PlotError(f"{path}: cannot draw so much in one picture ({e})", 1)
     finally:
         plt.close(fig)
     print(f"wrote {path}")

@@ -597,9 +597,11 @@ def profile_kernels(torch, one_step, steps, sync, graph_replayed):
 # ---------------------------------------------------------------------------------------------- output
 
 def three_digits(x):
+    """x to 3 significant digits without an exponent: 12.4, 3.04, 0.0000400, 1230."""
     s = format(x, "#.3g")
     if "e" in s:
-        s = str(int(round(float(s))))
+        exponent = int(s.split("e")[1])
+        s = str(int(round(float(s)))) if exponent >= 0 else format(float(s), f".{2 - exponent}f")
     return s.rstrip(".")
 
 

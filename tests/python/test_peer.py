@@ -82,6 +82,7 @@ class PeerHelpers(unittest.TestCase):
         self.assertEqual(f(0.051234), "0.0512")
         self.assertEqual(f(123.4), "123")
         self.assertEqual(f(1234.0), "1230")
+        self.assertEqual(f(0.00004), "0.0000400")  # not "0"
 
     def test_profile_summary(self):
         # Two steps on device 0: kernels [0,10] [5,12] (overlap) [20,30], plus a copy and an annotation

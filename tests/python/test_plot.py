@@ -69,6 +69,24 @@ class PlotErrors(unittest.TestCase):
     def test_usage(self):
         self.assert_one_line_error(run_plot(SAMPLE), 2)  # --out missing
 
+    def test_json_that_python_cannot_hold(self):
+        with tempfile.TemporaryDirectory() as d:
+            for name, text, said in (("deep.json", "[" * 5000 + "]" * 5000, "nested too deeply"),
+                                     ("digits.jsonl", '{"epoch": 1, "test_acc": ' + "1" * 5000 + "}\n", "digits.jsonl:1"),
+                                     ("nested.jsonl", "[" * 5000 + "]" * 5000 + "\n", "nested too deeply")):
+                with self.subTest(name=name):
+                    path = os.path.join(d, name)
+                    with open(path, "w") as f:
+                        f.write(text)
+                    self.assertIn(said, self.assert_one_line_error(run_plot("--out", d, path), 2))
+
+    def test_special_files(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.assertIn("not a regular file or folder", self.assert_one_line_error(run_plot("--out", d, "/dev/null"), 2))
+            # A named pipe in a folder is not read (it would wait for a writer): here nothing else is there.
+            os.mkfifo(os.path.join(d, "pipe.json"))
+            self.assertIn("no usable input", self.assert_one_line_error(run_plot("--out", os.path.join(d, "o"), d), 2))
+
 
 @unittest.skipUnless(HAVE_MATPLOTLIB, "matplotlib is not importable (apt-get install python3-matplotlib)")
 class PlotSample(unittest.TestCase):
@@ -107,6 +125,24 @@ class PlotSample(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(sorted(os.listdir(d)), ["accuracy.png", "seconds_per_epoch.png"])
 
+    def test_labels_with_dollars_and_figures_too_large(self):
+        with tempfile.TemporaryDirectory() as d:
+            # A '$' is text: "x $\\frac{$ y" would otherwise be a broken formula.
+            with open(os.path.join(d, "r.json"), "w") as f:
+                json.dump({"name": "x $\\frac{$ y", "impl": "x $\\frac{$ y", "mode": "m", "replicas": 1,
+                           "seconds_per_epoch": 1.0, "test_acc_per_epoch": [0.5, 0.6]}, f)
+            r = run_plot("--out", os.path.join(d, "out"), os.path.join(d, "r.json"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assert_png(os.path.join(d, "out", "seconds_per_epoch.png"))
+            # More bars than a picture holds: one line, not a traceback.
+            with open(os.path.join(d, "many.json"), "w") as f:
+                json.dump([{"name": f"i{i} R={r}", "impl": f"i{i}", "mode": "m", "replicas": r, "seconds_per_epoch": 1.0}
+                           for i in range(30) for r in range(1, 40)], f)
+            r = run_plot("--out", os.path.join(d, "out2"), os.path.join(d, "many.json"))
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+            self.assertIn("cannot draw so much in one picture", r.stderr)
+
     def test_metrics_file_with_several_runs_and_rows_in_a_list(self):
         with tempfile.TemporaryDirectory() as d:
             src = os.path.join(d, "in")
@@ -137,6 +173,26 @@ class PlotModule(unittest.TestCase):
 
 class AccuracySeries(PlotModule):
     """plot.py's grouping of test accuracies into lines."""
+
+    def test_numbers_out_of_range_are_not_drawn(self):
+        big = 10 ** 400  # valid JSON, beyond any float
+        rows = [("a.json", {"name": "a", "test_acc_per_epoch": [0.5, 7.5]}),
+                ("b.json", {"name": "b", "test_acc_per_epoch": [0.5, big]}),
+                ("c.json", {"name": "c", "test_acc_per_epoch": [0.5, 0.6]})]
+        metrics = [("m.jsonl", {"epoch": 1, "test_acc": -3}), ("m.jsonl", {"epoch": big, "test_acc": 0.5})]
+        self.assertEqual([(label, y) for label, _, y in self.plot.accuracy_series(rows, metrics)], [("c", [0.5, 0.6])])
+        self.assertEqual(self.plot.timeline_panels([("t.json", {"mode": "graph", "steps": [
+            {"step": 1, "busy_ms": -2.0, "idle_ms": 1.0}]})]), [])
+
+    def test_three_digits_without_exponent(self):
+        f = self.plot.three_digits
+        self.assertEqual([f(x) for x in (0.00004, 1.5e-5, 0.0512, 3.04, 12345.0)],
+                         ["0.0000400", "0.0000150", "0.0512", "3.04", "12300"])
+
+    def test_each_file_read_once(self):
+        files = self.plot.input_files([SAMPLE, os.path.join(SAMPLE, "timeline-graph.json")])
+        self.assertEqual(len(files), len(set(os.path.realpath(f) for f in files)))
+        self.assertIn(os.path.join(SAMPLE, "timeline-graph.json"), files)
 
     def test_a_row_found_in_two_files_is_one_line(self):
         peer = {"name": "pytorch-textbook R=1", "replicas": 1, "test_acc_per_epoch": [0.1, 0.66, 0.71]}
