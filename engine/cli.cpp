@@ -1,6 +1,5 @@
 #include "engine/cli.hpp"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -204,24 +203,7 @@ void block_stop_signals() {
   sigprocmask(SIG_BLOCK, &set, nullptr);
 }
 
-// A standard descriptor the caller closed (`>&-`) is taken by /dev/null opened the other way round: no
-// file opened later (--metrics) lands on it to receive the progress lines, and a write to it fails.
-void reserve_standard_descriptors() {
-  for (int fd = 0; fd <= 2; ++fd) {
-    if (::fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
-    const int got = ::open("/dev/null", fd == 0 ? O_WRONLY : O_RDONLY);  // the lowest free descriptor: fd
-    if (got >= 0 && got != fd) {
-      ::dup2(got, fd);
-      ::close(got);
-    }
-  }
-}
-
 void install_stop_handlers() {
-  // A reader of --metrics or stdout that goes away, or a file-size limit, makes the write fail with an
-  // error the run reports (exit 1, a checkpoint save leaving no temporary file), not a silent death.
-  std::signal(SIGPIPE, SIG_IGN);
-  std::signal(SIGXFSZ, SIG_IGN);
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);  // each blocks the others while it runs: two signals never both look first
@@ -282,7 +264,7 @@ int run_cli(int argc, const char* const* argv) {
     std::cerr << kProgram << ": stopped by signal " << g_stop_signal << " " << when << std::endl;
     return 128 + static_cast<int>(g_stop_signal);
   };
-  reserve_standard_descriptors();
+  prepare_output();
   install_stop_handlers();  // first: a signal at any point after start-up gets its line and status
   // The source text's final line is the run's result: a stdout that cannot take it is an error.
   auto print_final = [](std::ostream& out, const std::string& line) {

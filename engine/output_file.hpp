@@ -1,6 +1,7 @@
 // Output files are checked before the work whose results they will hold, not after it.
 #pragma once
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,23 @@
 #include <system_error>
 
 namespace lenet::engine {
+
+// For a tool's start: a standard descriptor the caller closed (`>&-`) is taken by /dev/null opened the
+// other way round, so that no file opened later (--metrics) lands on it and a write to it fails; and a
+// reader that goes away or a file-size limit makes a write fail with an error the tool reports (exit 1, a
+// checkpoint save leaving no temporary file), not a silent death by SIGPIPE or SIGXFSZ.
+inline void prepare_output() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    const int got = ::open("/dev/null", fd == 0 ? O_WRONLY : O_RDONLY);  // the lowest free descriptor: fd
+    if (got >= 0 && got != fd) {
+      ::dup2(got, fd);
+      ::close(got);
+    }
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  ::signal(SIGXFSZ, SIG_IGN);
+}
 
 // What `path` names once symbolic links are followed, the last one even when what it names does not
 // exist yet (a file written there goes where the link points).

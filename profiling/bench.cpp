@@ -321,6 +321,7 @@ nlohmann::json project(const io::FashionMnist& data, const Options& o, double me
 }  // namespace
 
 int main(int argc, char** argv) {
+  engine::prepare_output();
   Options o;
   CLI::App app{"lenet-bench: naive and graph modes (and the CPU backend) side by side, with CUPTI counts", "lenet-bench"};
   app.add_option("--modes", o.modes, "Any of naive, graph, cpu")
@@ -519,7 +520,11 @@ int main(int argc, char** argv) {
     // On stdout, unless --json or --markdown writes there: stdout then holds that file's text alone.
     const bool stdout_taken = engine::standard_stream_of(o.json_path) == &std::cout ||
                               engine::standard_stream_of(o.markdown_path) == &std::cout;
-    (stdout_taken ? std::cerr : std::cout) << md.str();
+    std::ostream& table = stdout_taken ? std::cerr : std::cout;
+    errno = 0;
+    if (!(table << md.str() << std::flush))
+      throw std::runtime_error(std::string(stdout_taken ? "stderr" : "stdout") + ": write failed" +
+                               (errno != 0 ? std::string(" (") + std::strerror(errno) + ")" : ""));
     for (const auto& [path, text] : {std::pair<const std::string&, std::string>{o.markdown_path, md.str()},
                                      {o.json_path, out.dump(2) + "\n"}}) {
       if (path.empty()) continue;

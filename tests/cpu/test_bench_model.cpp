@@ -213,6 +213,12 @@ TEST_F(BenchTool, JsonIntoStdout) {
   const std::string out = lenet::testing::slurp(dir_ / "out");
   EXPECT_EQ(nlohmann::json::parse(out)["rows"].size(), 1u) << out;
   EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("| cpu R=1 |"), std::string::npos);
+  // A stdout that cannot take the table.
+  const std::string full = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1 "
+                           "--train-limit 256 --test-limit 64 --epochs 1 >/dev/full 2>'" + (dir_ / "err").string() + "'";
+  EXPECT_EQ(WEXITSTATUS(std::system(full.c_str())), 1);
+  EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("lenet-bench: error: stdout: write failed (No space left on device)"),
+            std::string::npos) << lenet::testing::slurp(dir_ / "err");
 }
 
 // Everything that could fail after the benchmark's minutes is checked first; a peer row from another
