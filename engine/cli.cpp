@@ -177,8 +177,10 @@ namespace {
 // its current step; a second one ends the process at once. Only async-signal-safe work happens in the
 // handler.
 volatile std::sig_atomic_t g_stop_signal = 0;
+volatile std::sig_atomic_t g_stop_reported = 0;
 
 extern "C" void on_stop_signal(int signal) {
+  if (g_stop_reported != 0) return;
   // A hangup may come twice (from the shell and from the terminal): only another signal is a second one.
   if (g_stop_signal != 0 && !(signal == SIGHUP && g_stop_signal == SIGHUP)) {
     // The second signal: at once, leaving no half-written temporary checkpoint.
@@ -194,14 +196,10 @@ extern "C" void on_stop_signal(int signal) {
   g_stop_signal = signal;
 }
 
-// Once a stop's line is being written, a second signal would add a line of its own: blocked from then
-// to the exit, which has the status the first signal set.
-void block_stop_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, signal);
-  sigprocmask(SIG_BLOCK, &set, nullptr);
-}
+// Once a stop's line is being written, a second signal would add a line of its own: from then to the
+// exit, which has the status the first signal set, the handler does nothing (a flag, not a signal mask,
+// which would hold only for the thread that set it).
+void block_stop_signals() { g_stop_reported = 1; }
 
 void install_stop_handlers() {
   struct sigaction action {};
@@ -268,12 +266,9 @@ int run_cli(int argc, const char* const* argv) {
   install_stop_handlers();  // first: a signal at any point after start-up gets its line and status
   // The source text's final line is the run's result: a stdout that cannot take it is an error.
   auto print_final = [](std::ostream& out, const std::string& line) {
-    errno = 0;
-    out << line << std::endl;
-    if (out) return true;
-    std::cerr << kProgram << ": error: " << (&out == &std::cout ? "stdout" : "stderr") << ": write failed"
-              << (errno != 0 ? std::string(" (") + std::strerror(errno) + ")" : std::string()) << std::endl;
-    return false;
+    const std::string failed = write_all(out, line + "\n", &out == &std::cout ? "stdout" : "stderr");
+    if (!failed.empty()) std::cerr << kProgram << ": error: " << failed << std::endl;
+    return failed.empty();
   };
   try {
     const std::optional<CliOptions> parsed = parse_cli(argc, argv);

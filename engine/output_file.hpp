@@ -31,6 +31,13 @@ inline void prepare_output() {
   ::signal(SIGXFSZ, SIG_IGN);
 }
 
+// Writes `text` to `out` and flushes it: empty when that worked, else "WHAT: write failed (reason)".
+inline std::string write_all(std::ostream& out, const std::string& text, const std::string& what) {
+  errno = 0;
+  if (out << text << std::flush) return "";
+  return what + ": write failed" + (errno != 0 ? std::string(" (") + std::strerror(errno) + ")" : std::string());
+}
+
 // What `path` names once symbolic links are followed, the last one even when what it names does not
 // exist yet (a file written there goes where the link points).
 inline std::string follow_links(const std::string& path) {
@@ -88,13 +95,15 @@ inline bool other_than_regular_file(const std::string& path) {
   return std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec);
 }
 
-// The standard stream (std::cout, else std::cerr) that writes the file `path` names, or nullptr. Opened a
-// second time, a regular file that stdout writes (`--metrics /dev/stdout > log`) would be truncated and
-// written at an offset of its own, over the stream's lines; written through the stream, every line lands
-// whole and in order.
+// The standard stream (std::cout, else std::cerr) that writes the regular file, pipe or socket `path`
+// names, or nullptr. Opened a second time, a regular file that stdout writes (`--metrics /dev/stdout >
+// log`) would be truncated and written at an offset of its own, over the stream's lines; written through
+// the stream, every line lands whole and in order.
 inline std::ostream* standard_stream_of(const std::string& path) {
   struct stat target {}, st {};
   if (path.empty() || ::stat(path.c_str(), &target) != 0) return nullptr;
+  // A device (a terminal, /dev/null: maybe the one that took a closed descriptor) keeps no offset.
+  if (!S_ISREG(target.st_mode) && !S_ISFIFO(target.st_mode) && !S_ISSOCK(target.st_mode)) return nullptr;
   if (::fstat(STDOUT_FILENO, &st) == 0 && st.st_dev == target.st_dev && st.st_ino == target.st_ino) return &std::cout;
   if (::fstat(STDERR_FILENO, &st) == 0 && st.st_dev == target.st_dev && st.st_ino == target.st_ino) return &std::cerr;
   return nullptr;

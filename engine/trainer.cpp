@@ -45,22 +45,32 @@ class Progress {
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(kWidth * done / total);
     line_open_ = true;
+    errno = 0;
     out_ << "\r\x1b[2Kepoch " << epoch << "/" << epochs_ << " [" << std::string(static_cast<size_t>(filled), '#')
          << std::string(static_cast<size_t>(kWidth - filled), '.') << "] " << done << "/" << total << " steps, "
          << fixed(seconds > 0 ? examples / seconds : 0.0, 0) << " examples/s" << std::flush;
+    check_reader();
   }
 
   void epoch_done(const EpochMetrics& m) {
     if (quiet_) return;
     if (line_open_) out_ << "\r\x1b[2K";
     line_open_ = false;
+    errno = 0;
     out_ << "epoch " << m.epoch << "/" << epochs_ << ": train loss " << fixed(m.train_loss, 4) << ", train acc "
          << fixed(m.train_acc, 3) << ", test acc " << fixed(m.test_acc, 3) << ", "
          << three_significant(m.epoch_seconds) << " s (" << fixed(m.examples_per_second, 0) << " examples/s)"
          << std::endl;
+    check_reader();
   }
 
  private:
+  // A pipe whose reader has gone (`2>&1 | head -n 1`) ends the run, which would go on unseen (SIGPIPE is
+  // ignored); a stderr the caller closed does not.
+  void check_reader() const {
+    if (!out_ && errno == EPIPE) throw io::DataError("stderr: write failed (Broken pipe): the progress output's reader has gone");
+  }
+
   std::ostream& out_;
   bool terminal_, quiet_;
   bool line_open_ = false;
@@ -191,12 +201,10 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
     // The checkpoint first: a metrics record never claims an epoch that a resumed run would train again.
     if (options.checkpoint) options.checkpoint(e + 1, step, EpochSoFar{});
     if (metrics != nullptr) {
-      errno = 0;
-      *metrics << epoch_record(m, backend, options).dump() << '\n' << std::flush;
-      if (!*metrics) {
-        throw io::DataError(options.metrics_path + ": write failed" +
-                            (errno != 0 ? " (" + std::string(std::strerror(errno)) + ")" : std::string()) + " (--metrics)");
-      }
+      if (const std::string failed = write_all(*metrics, epoch_record(m, backend, options).dump() + "\n",
+                                               options.metrics_path);
+          !failed.empty())
+        throw io::DataError(failed + " (--metrics)");
     }
     result.epochs.push_back(m);
     if (e + 1 < options.epochs && stop_signal() != 0) throw TrainingStopped(stop_signal(), "after epoch " + std::to_string(e + 1));

@@ -6,6 +6,9 @@
 
 #ifdef LENET_HAVE_CBLAS
 #include <cblas.h>
+// OpenBLAS's, declared here: the cblas.h found may be another BLAS's (Debian's alternatives), while the
+// library linked is OpenBLAS by name.
+extern "C" void openblas_set_num_threads(int);
 #endif
 
 namespace lenet::model {
@@ -148,12 +151,8 @@ void gemm<double>(bool ta, bool tb, int m, int n, int k, double alpha, const dou
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,
               b, ldb, beta, c, ldc);
 }
-void gemm_single_threaded() {
-#ifdef OPENBLAS_VERSION
-  openblas_set_num_threads(1);
-#endif
-}
-const char* gemm_backend_name() { return "cblas"; }
+void gemm_single_threaded() { openblas_set_num_threads(1); }
+const char* gemm_backend_name() { return "openblas"; }
 #else
 template <typename T>
 void gemm(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb, T beta, T* c,

@@ -1,5 +1,5 @@
 // Row-major GEMM for the CPU backend: C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C, where op
-// transposes when asked. CBLAS (OpenBLAS) when the build found one, else a portable loop nest.
+// transposes when asked. OpenBLAS when the build found it, else a portable GEMM.
 #pragma once
 
 namespace lenet::model {
@@ -18,7 +18,7 @@ void gemm_portable(bool trans_a, bool trans_b, int m, int n, int k, T alpha, con
 // inside another parallel region runs on the calling thread.
 void gemm_single_threaded();
 
-// "cblas" or "portable".
+// "openblas" or "portable".
 const char* gemm_backend_name();
 
 }  // namespace lenet::model

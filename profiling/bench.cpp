@@ -100,7 +100,7 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
   std::unique_ptr<engine::Backend> backend = make_backend(mode, replicas, num_gpus, data, o);
   const io::EpochSampler sampler(data.train.size(), size_t(o.batch_size), o.seed, true);
   profiling::BenchRow row;
-  row.name = mode + " R=" + std::to_string(replicas);
+  row.name = profiling::row_name(mode, replicas);
   row.impl = "lenet-dp";
   row.mode = mode;
   row.replicas = replicas;
@@ -435,7 +435,7 @@ int main(int argc, char** argv) {
       // Two rows of one name could not be told apart in the table.
       std::vector<std::string> names;
       for (const std::string& mode : o.modes)
-        for (int r : o.replicas) names.push_back(mode + " R=" + std::to_string(r));
+        for (int r : o.replicas) names.push_back(profiling::row_name(mode, r));
       for (size_t i = 0; i + 1 < peer_rows.size(); ++i) names.push_back(peer_rows[i].name);
       if (std::find(names.begin(), names.end(), peer_rows.back().name) != names.end())
         throw std::runtime_error(file + ": its row is named \"" + peer_rows.back().name + "\" as another row is");
@@ -457,13 +457,14 @@ int main(int argc, char** argv) {
     std::vector<profiling::BenchRow> rows;
     for (const std::string& mode : o.modes)
       for (int r : o.replicas) {
-        std::cerr << "lenet-bench: " << mode << " R=" << r << std::endl;
+        std::cerr << "lenet-bench: " << profiling::row_name(mode, r) << std::endl;
         nlohmann::json timeline;
         rows.push_back(bench_config(mode, r, num_gpus, data, o, &timeline));
         if (!timeline.is_null() && !timeline_folder.empty()) {  // per-step kernel and idle time, for profiling/plot.py
           const std::string path = (timeline_folder / ("timeline-" + mode + "-r" + std::to_string(r) + ".json")).string();
           std::ofstream file(path);
-          if (!(file << timeline.dump() << '\n' << std::flush)) throw std::runtime_error(path + ": write failed");
+          if (const std::string failed = engine::write_all(file, timeline.dump() + "\n", path); !failed.empty())
+            throw std::runtime_error(failed);
         }
       }
     rows.insert(rows.end(), peer_rows.begin(), peer_rows.end());
@@ -520,11 +521,9 @@ int main(int argc, char** argv) {
     // On stdout, unless --json or --markdown writes there: stdout then holds that file's text alone.
     const bool stdout_taken = engine::standard_stream_of(o.json_path) == &std::cout ||
                               engine::standard_stream_of(o.markdown_path) == &std::cout;
-    std::ostream& table = stdout_taken ? std::cerr : std::cout;
-    errno = 0;
-    if (!(table << md.str() << std::flush))
-      throw std::runtime_error(std::string(stdout_taken ? "stderr" : "stdout") + ": write failed" +
-                               (errno != 0 ? std::string(" (") + std::strerror(errno) + ")" : ""));
+    if (stdout_taken) std::cerr << md.str() << std::flush;  // to be seen; the result is in the files
+    else if (const std::string failed = engine::write_all(std::cout, md.str(), "stdout"); !failed.empty())
+      throw std::runtime_error(failed);
     for (const auto& [path, text] : {std::pair<const std::string&, std::string>{o.markdown_path, md.str()},
                                      {o.json_path, out.dump(2) + "\n"}}) {
       if (path.empty()) continue;
@@ -536,9 +535,7 @@ int main(int argc, char** argv) {
         file.open(path);
         stream = &file;
       }
-      errno = 0;
-      if (!(*stream << text << std::flush))
-        throw std::runtime_error(path + ": write failed" + (errno != 0 ? std::string(" (") + std::strerror(errno) + ")" : ""));
+      if (const std::string failed = engine::write_all(*stream, text, path); !failed.empty()) throw std::runtime_error(failed);
     }
     return 0;
   } catch (const std::exception& e) {

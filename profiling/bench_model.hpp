@@ -83,6 +83,9 @@ BenchRow row_from_json(const nlohmann::json& j);  // throws std::runtime_error n
 
 // Why a peer's row does not compare with this run's (another training-set size, batch size or learning
 // rate; a size it does not record is unknown), as a note for under the table; empty when it does.
+// A lenet-bench row's name: "graph R=2".
+inline std::string row_name(const std::string& mode, int replicas) { return mode + " R=" + std::to_string(replicas); }
+
 std::string peer_mismatch(const BenchRow& peer, int64_t train_examples, int batch_size, double lr);
 
 // The table, each row's seconds per epoch also as a ratio to the reference row (the first row named

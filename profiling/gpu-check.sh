@@ -40,7 +40,7 @@ for p in $phases; do
 done
 # Where the log and the results go is settled first: a check that cannot keep what it finds stops now.
 out=$1
-if ! mkdir -p "$out" 2>/dev/null || ! out=$(cd "$out" && pwd) || ! : >"$out/log" 2>/dev/null; then
+if ! { mkdir -p "$out" && out=$(cd "$out" && pwd) && : >"$out/log"; } 2>/dev/null; then
   echo "gpu-check.sh: cannot write into OUTDIR $1" >&2
   exit 2
 fi

@@ -307,8 +307,8 @@ def save(plt, fig, out_dir, name):
         fig.savefig(path, dpi=120, bbox_inches="tight")
     except OSError as e:
         raise PlotError(f"{path}: cannot write ({e.strerror})", 1)
-    except ValueError as e:  # a figure of too many bars or panels: "Image size of ... pixels is too large"
-        raise PlotError(f"{path}: cannot draw so much in one picture ({e})", 1)
+    except ValueError as e:  # e.g. a figure of too many bars or panels: "Image size of ... is too large"
+        raise PlotError(f"{path}: cannot draw ({e})", 1)
     finally:
         plt.close(fig)
     print(f"wrote {path}")

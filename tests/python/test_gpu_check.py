@@ -38,7 +38,9 @@ class GpuCheckArguments(unittest.TestCase):
     def test_outdir_that_cannot_be_written(self):
         afile = os.path.join(self.tmp.name, "afile")
         open(afile, "w").close()
-        for outdir in (afile, os.path.join(afile, "sub")):
+        logdir = os.path.join(self.tmp.name, "logdir")
+        os.makedirs(os.path.join(logdir, "log"))  # where the log file would go
+        for outdir in (afile, os.path.join(afile, "sub"), logdir):
             with self.subTest(outdir=outdir):
                 self.assert_refused(check(outdir), "cannot write into OUTDIR " + outdir)
 

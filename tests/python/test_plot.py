@@ -70,10 +70,14 @@ class PlotErrors(unittest.TestCase):
         self.assert_one_line_error(run_plot(SAMPLE), 2)  # --out missing
 
     def test_json_that_python_cannot_hold(self):
+        cases = [("deep.json", "[" * 5000 + "]" * 5000, "nested too deeply"),
+                 ("nested.jsonl", "[" * 5000 + "]" * 5000 + "\n", "nested too deeply")]
+        # Python 3.11 and the security releases before it refuse integers of over 4300 digits (unless
+        # PYTHONINTMAXSTRDIGITS=0): a ValueError that is not a JSONDecodeError.
+        if getattr(sys, "get_int_max_str_digits", lambda: 0)() not in (0, None):
+            cases.append(("digits.jsonl", '{"epoch": 1, "test_acc": ' + "1" * 5000 + "}\n", "digits.jsonl:1"))
         with tempfile.TemporaryDirectory() as d:
-            for name, text, said in (("deep.json", "[" * 5000 + "]" * 5000, "nested too deeply"),
-                                     ("digits.jsonl", '{"epoch": 1, "test_acc": ' + "1" * 5000 + "}\n", "digits.jsonl:1"),
-                                     ("nested.jsonl", "[" * 5000 + "]" * 5000 + "\n", "nested too deeply")):
+            for name, text, said in cases:
                 with self.subTest(name=name):
                     path = os.path.join(d, name)
                     with open(path, "w") as f:
@@ -141,7 +145,7 @@ class PlotSample(unittest.TestCase):
             r = run_plot("--out", os.path.join(d, "out2"), os.path.join(d, "many.json"))
             self.assertEqual(r.returncode, 1, r.stderr)
             self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
-            self.assertIn("cannot draw so much in one picture", r.stderr)
+            self.assertIn("cannot draw (Image size of", r.stderr)
 
     def test_metrics_file_with_several_runs_and_rows_in_a_list(self):
         with tempfile.TemporaryDirectory() as d:
