@@ -5,10 +5,8 @@
 // to the first row; then the arithmetic floor, the allreduce alone (ring versus the textbook's gather to
 // replica 0) and a projection to several GPUs. Writes the tables as JSON and Markdown.
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -422,6 +420,9 @@ int main(int argc, char** argv) {
     if (wants_gpu && !o.no_trace && !timeline_folder.empty() && ::access(timeline_folder.c_str(), W_OK) != 0)
       throw std::runtime_error(o.json_path + ": cannot write the timelines into its folder " + timeline_folder.string());
     std::vector<profiling::BenchRow> peer_rows;
+    std::vector<std::string> names;  // two rows of one name could not be told apart in the table
+    for (const std::string& mode : o.modes)
+      for (int r : o.replicas) names.push_back(profiling::row_name(mode, r));
     for (const std::string& file : o.peers) {
       constexpr size_t kLimit = size_t{1} << 20;  // a row is a few kilobytes
       const std::vector<uint8_t> bytes =
@@ -432,13 +433,9 @@ int main(int argc, char** argv) {
       } catch (const std::exception& e) {  // unreadable JSON, or a row without a field the table needs
         throw std::runtime_error(file + ": not a peer row (" + e.what() + ")");
       }
-      // Two rows of one name could not be told apart in the table.
-      std::vector<std::string> names;
-      for (const std::string& mode : o.modes)
-        for (int r : o.replicas) names.push_back(profiling::row_name(mode, r));
-      for (size_t i = 0; i + 1 < peer_rows.size(); ++i) names.push_back(peer_rows[i].name);
       if (std::find(names.begin(), names.end(), peer_rows.back().name) != names.end())
         throw std::runtime_error(file + ": its row is named \"" + peer_rows.back().name + "\" as another row is");
+      names.push_back(peer_rows.back().name);
     }
     const io::FashionMnist data = io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), size_t(o.train_limit),
                                                          size_t(o.test_limit));
@@ -473,8 +470,8 @@ int main(int argc, char** argv) {
       peer_notes += profiling::peer_mismatch(p, int64_t(data.train.size()), o.batch_size, o.lr);
     std::cerr << peer_notes;
     std::ostringstream md;
-    md << "# lenet-bench\n\n" << data.train.size() << " training examples, batch " << o.batch_size << ", lr " << engine::format_double(o.lr)
-       << ", seed " << o.seed << "; seconds per epoch are the training pass only, mean of " << o.timed_epochs
+    md << "# lenet-bench\n\n" << data.train.size() << " training examples, batch " << o.batch_size << ", lr "
+       << engine::format_double(o.lr) << ", seed " << o.seed << "; seconds per epoch are the training pass only, mean of " << o.timed_epochs
        << " epoch(s) after a warm-up epoch"
        << (wants_gpu && !o.no_trace ? "; CUPTI columns from one further traced epoch; 'kernels/step' counts kernels "
                                       "launched by the host (not by a graph)"
