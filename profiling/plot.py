@@ -90,8 +90,6 @@ def parse_file(path):
     if not path.endswith(".jsonl"):
         try:
             return [json.loads(text)]
-        except RecursionError:
-            raise PlotError(f"{path}: JSON nested too deeply")
         except ValueError as e:  # JSONDecodeError, or an integer of more digits than Python converts
             whole = e
             # A .json file may still be JSON Lines (several objects, one per line); if it is not, the
@@ -136,7 +134,7 @@ def load(paths):
     for path in input_files(paths):
         try:
             records = [r for v in parse_file(path) for r in classify(v)]
-        except RecursionError:
+        except RecursionError:  # in the JSON parser or in classify
             raise PlotError(f"{path}: JSON nested too deeply")
         for kind, rec in records:
             if kind == "bench":
