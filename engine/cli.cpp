@@ -178,6 +178,7 @@ namespace {
 // handler.
 volatile std::sig_atomic_t g_stop_signal = 0;
 volatile std::sig_atomic_t g_stop_reported = 0;
+volatile std::sig_atomic_t g_stderr_terminal = 0;  // the progress display may hold a live line there
 
 extern "C" void on_stop_signal(int signal) {
   if (g_stop_reported != 0) return;
@@ -185,12 +186,14 @@ extern "C" void on_stop_signal(int signal) {
   if (g_stop_signal != 0 && !(signal == SIGHUP && g_stop_signal == SIGHUP)) {
     // The second signal: at once, leaving no half-written temporary checkpoint.
     remove_checkpoint_in_progress();
-    char line[] = "lenet-train: stopped at once by a second signal NN\n";
+    char line[] = "\r\x1b[2Klenet-train: stopped at once by a second signal NN\n";
     char* digits = line + sizeof line - 4;  // "NN": the signal number, 1 to 64
     if (signal >= 10) *digits++ = static_cast<char>('0' + signal / 10 % 10);
     *digits++ = static_cast<char>('0' + signal % 10);
     *digits++ = '\n';
-    [[maybe_unused]] const ssize_t ignored = ::write(STDERR_FILENO, line, static_cast<size_t>(digits - line));
+    const size_t clear = g_stderr_terminal != 0 ? 0 : 5;  // "\r\x1b[2K" clears a live line, on a terminal only
+    [[maybe_unused]] const ssize_t ignored =
+        ::write(STDERR_FILENO, line + clear, static_cast<size_t>(digits - line) - clear);
     _exit(128 + signal);
   }
   g_stop_signal = signal;
@@ -263,6 +266,7 @@ int run_cli(int argc, const char* const* argv) {
     return 128 + static_cast<int>(g_stop_signal);
   };
   prepare_output();
+  g_stderr_terminal = ::isatty(STDERR_FILENO) == 1 ? 1 : 0;
   install_stop_handlers();  // first: a signal at any point after start-up gets its line and status
   // The source text's final line is the run's result: a stdout that cannot take it is an error.
   auto print_final = [](std::ostream& out, const std::string& line) {

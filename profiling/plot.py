@@ -35,6 +35,12 @@ class OneLineParser(argparse.ArgumentParser):
         raise PlotError(f"{message} (see --help)")
 
 
+def text(name):
+    """A name from the files as matplotlib text: a '$' in it is a dollar, not the start of a formula (the
+    axes' own labels, such as a log axis's 10^k, stay formulas)."""
+    return str(name).replace("$", r"\$")
+
+
 def is_number(v):
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return False
@@ -289,9 +295,6 @@ def pyplot():
     try:
         import matplotlib
         matplotlib.use("Agg")
-        # Labels are names from the files: a '$' in one is text, not the start of a formula.
-        if "text.parse_math" in matplotlib.rcParams:
-            matplotlib.rcParams["text.parse_math"] = False
         import matplotlib.pyplot as plt
     except ImportError as e:
         raise PlotError(f"matplotlib is not importable ({e}); install it, e.g. `apt-get install python3-matplotlib`",
@@ -317,7 +320,7 @@ def draw_accuracy(plt, series, out_dir):
     fig, ax = plt.subplots(figsize=(7, 4.5))
     last = 1
     for label, x, y in series:
-        ax.plot(x, y, marker="o", markersize=3, label=label)
+        ax.plot(x, y, marker="o", markersize=3, label=text(label))
         last = max(last, max(x))
     ax.set_xlabel("epoch")
     ax.set_ylabel("test acc")
@@ -338,7 +341,7 @@ def draw_seconds(plt, table, out_dir):
     for i, name in enumerate(names):
         xs = [j + (i - (len(names) - 1) / 2) * width for j, r in enumerate(replicas) if r in table[name]]
         ys = [table[name][r] for r in replicas if r in table[name]]
-        bars = ax.bar(xs, ys, width=width, label=name)
+        bars = ax.bar(xs, ys, width=width, label=text(name))
         for bar, v in zip(bars, ys):
             ax.annotate(three_digits(v), (bar.get_x() + bar.get_width() / 2, v), ha="center", va="bottom",
                         fontsize="x-small")
@@ -366,8 +369,8 @@ def draw_timeline(plt, panels, out_dir):
         ax.bar(x, busy, width=1.0, color="tab:blue", label="kernels running")
         ax.bar(x, idle, width=1.0, bottom=busy, color="tab:orange", label="idle")
         extra = f", R={t['replicas']}" if "replicas" in t else ""
-        ax.set_title(f"{mode}{extra}: {three_digits(sum(busy) / len(busy))} ms busy + "
-                     f"{three_digits(sum(idle) / len(idle))} ms idle per step ({stem(path)})", fontsize="small")
+        per_step = f"{three_digits(sum(busy) / len(busy))} ms busy + {three_digits(sum(idle) / len(idle))} ms idle per step"
+        ax.set_title(text(f"{mode}{extra}: {per_step} ({stem(path)})"), fontsize="small")
         ax.set_ylabel("ms")
         ax.legend(fontsize="x-small", loc="upper right")
     axes[-1, 0].set_xlabel("step")

@@ -188,6 +188,13 @@ class AccuracySeries(PlotModule):
         self.assertEqual(self.plot.timeline_panels([("t.json", {"mode": "graph", "steps": [
             {"step": 1, "busy_ms": -2.0, "idle_ms": 1.0}]})]), [])
 
+    def test_names_are_text_and_axes_keep_their_formulas(self):
+        self.assertEqual(self.plot.text("cost $5 vs $_"), "cost \\$5 vs \\$_")
+        if HAVE_MATPLOTLIB:  # a log axis labels its ticks 10^k as formulas: math must stay on
+            import matplotlib
+            self.plot.pyplot()
+            self.assertTrue(matplotlib.rcParams.get("text.parse_math", True))
+
     def test_three_digits_without_exponent(self):
         f = self.plot.three_digits
         self.assertEqual([f(x) for x in (0.00004, 1.5e-5, 0.0512, 3.04, 12345.0)],
