@@ -113,7 +113,9 @@ inline std::ostream* standard_stream_of(const std::string& path) {
 // be possible in its folder, and what `path` names must be a regular file, or nothing yet.
 inline std::string replaced_file_problem(const std::string& path) {
   if (std::string problem = output_file_problem(path); !problem.empty()) return problem;
-  if (std::string problem = new_file_problem(path); !problem.empty()) return problem;  // the rename's new file
+  // The rename's new file (for a path that names nothing yet, output_file_problem checked that already).
+  if (::access(path.c_str(), F_OK) == 0)
+    if (std::string problem = new_file_problem(path); !problem.empty()) return problem;
   if (other_than_regular_file(path)) return path + ": not a regular file";
   if (standard_stream_of(path) != nullptr) return path + ": the file stdout or stderr writes (a rename would cut it off)";
   return "";

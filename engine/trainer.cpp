@@ -67,7 +67,7 @@ class Progress {
  private:
   // A pipe whose reader has gone (`2>&1 | head -n 1`) ends the run, which would go on unseen (SIGPIPE is
   // ignored); a stderr the caller closed does not.
-  void check_reader() const {
+  void check_reader() const {  // after a write that began with errno = 0
     if (!out_ && errno == EPIPE) throw io::DataError("stderr: write failed (Broken pipe): the progress output's reader has gone");
   }
 
