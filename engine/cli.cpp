@@ -209,11 +209,13 @@ void install_stop_handlers() {
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);  // each blocks the others while it runs: two signals never both look first
   for (const int signal : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&action.sa_mask, signal);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-  // Under nohup a hangup stays ignored, as nohup asked.
-  struct sigaction hangup {};
-  if (sigaction(SIGHUP, nullptr, &hangup) == 0 && hangup.sa_handler != SIG_IGN) sigaction(SIGHUP, &action, nullptr);
+  // A signal ignored when the program starts stays ignored, as whoever started it asked: a hangup under
+  // nohup, an interrupt in a script's background job (POSIX shells ignore SIGINT there, so that the
+  // terminal's Ctrl-C stops the script, not its jobs). SIGTERM still stops such a run.
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction inherited {};
+    if (sigaction(signal, nullptr, &inherited) == 0 && inherited.sa_handler != SIG_IGN) sigaction(signal, &action, nullptr);
+  }
 }
 
 // Parameters to start from must be finite: NaN or infinity would only resurface as a "diverged" run.

@@ -39,10 +39,12 @@ class Cli : public ::testing::Test {
 
   // `prefix`: shell commands before the run (a ulimit, a trap). `then`, when given, starts with "&" and
   // is what the shell does while the run goes on in the background (send it signals), ending with the
-  // run's status (`wait $pid; exit $?`).
+  // run's status (`wait $pid; exit $?`). The shell starts such a job with SIGINT ignored; unless
+  // `as_script_job_` is set, env gives it the default back, as for a run started from a terminal.
   Result run(const std::string& args, const std::string& prefix = "", const std::string& then = "") {
-    const std::string cmd = prefix + "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_TRAIN_EXE "' " + args + " >'" +
-                            (dir_ / "out").string() + "' 2>'" + (dir_ / "err").string() + "' </dev/null" + then;
+    const std::string start = then.empty() || as_script_job_ ? "" : "env --default-signal=INT ";
+    const std::string cmd = prefix + start + "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_TRAIN_EXE "' " + args +
+                            " >'" + (dir_ / "out").string() + "' 2>'" + (dir_ / "err").string() + "' </dev/null" + then;
     const int raw = std::system(cmd.c_str());
     Result r;
     r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
@@ -61,6 +63,7 @@ class Cli : public ::testing::Test {
   }
 
   fs::path dir_;
+  bool as_script_job_ = false;
 };
 
 }  // namespace lenet::testing

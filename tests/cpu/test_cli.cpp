@@ -574,6 +574,20 @@ TEST_F(Cli, HangupIsIgnoredUnderNohupAndCountsOnce) {
   EXPECT_NE(r.err.find("checkpoint written to"), std::string::npos) << r.err;
 }
 
+// A script's background job starts with SIGINT ignored (POSIX shells do that, so that Ctrl-C stops the
+// script and not its jobs): an interrupt then stays ignored, and SIGTERM still stops the run.
+TEST_F(Cli, InterruptIgnoredAtStartStaysIgnored) {
+  as_script_job_ = true;
+  const std::string ckpt = (dir_ / "job.safetensors").string();
+  const std::string common = "--backend cpu --quiet --test-limit 100 --train-limit 10000 --batch-size 10000 ";
+  Result r = run(common + "--epochs 2", "", " & pid=$!; sleep 1; kill -INT $pid; wait $pid; exit $?");
+  EXPECT_EQ(r.status, 0) << r.err;
+  r = run(common + "--epochs 3 --save '" + ckpt + "'", "", " & pid=$!; sleep 1; kill -INT $pid; sleep 0.5; kill -TERM $pid; wait $pid; exit $?");
+  EXPECT_EQ(r.status, 143) << r.err;
+  EXPECT_EQ(r.err.find("stopped at once"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("checkpoint written to"), std::string::npos) << r.err;
+}
+
 // A second signal ends the run at once, still with its line on stderr and 128 + signal. Two different
 // signals sent to the stopped process arrive together when it continues (one kind would merge into one).
 TEST_F(Cli, SecondSignalExitsAtOnceWithItsLine) {
