@@ -230,6 +230,35 @@ void check_finite_parameters(const std::vector<float>& p, const std::string& pat
   }
 }
 
+// A word as a POSIX shell reads it back: as it is when it holds nothing the shell treats specially, else
+// in single quotes.
+std::string shell_word(const std::string& word) {
+  const bool plain = !word.empty() && word.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                              "0123456789_./:=+,@%-") == std::string::npos;
+  if (plain) return word;
+  std::string quoted = "'";
+  for (const char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// The command that continues a stopped run: --resume and the flags given that the checkpoint does not
+// record (where the data is, which backend and mode, how many GPUs, where the metrics and the display go).
+// On the CPU --num-gpus only set the replica count, which the checkpoint records.
+std::string resume_command(const char* program, const CliOptions& o, bool cuda) {
+  const CliOptions defaults;
+  std::string command = shell_word(program) + " --resume " + shell_word(o.save_path);
+  auto add = [&](bool given, const char* flag, const std::string& value) {
+    if (given) command += std::string(" ") + flag + (value.empty() ? "" : " " + shell_word(value));
+  };
+  add(!o.data_dir.empty(), "--data-dir", o.data_dir);
+  add(o.backend != defaults.backend, "--backend", o.backend);
+  add(o.mode != defaults.mode, "--mode", o.mode);
+  add(cuda && o.num_gpus.has_value(), "--num-gpus", std::to_string(o.num_gpus.value_or(0)));
+  add(!o.train.metrics_path.empty(), "--metrics", o.train.metrics_path);
+  add(o.train.quiet, "--quiet", "");
+  return command;
+}
+
 // A resumed run takes its settings from the checkpoint; a flag that contradicts them is a usage error.
 void apply_resume_state(CliOptions& o, const TrainingState& st) {
   auto conflict = [&](bool given, bool differs, const std::string& flag, const std::string& saved) {
@@ -394,11 +423,9 @@ int run_cli(int argc, const char* const* argv) {
       return 0;
     } catch (const TrainingStopped& e) {
       block_stop_signals();
-      // The flag a checkpoint does not record, which a resumed run needs again to go on alike.
-      const std::string again = o.train.metrics_path.empty() ? "" : " --metrics " + o.train.metrics_path;
       std::cerr << kProgram << ": " << e.what()
                 << (o.save_path.empty() ? "; no --save given, nothing written"
-                                        : "; checkpoint written to " + o.save_path + ", go on with --resume " + o.save_path + again)
+                                        : "; checkpoint written to " + o.save_path + ", go on with: " + resume_command(argv[0], o, use_cuda))
                 << std::endl;
       return 128 + e.signal;
     } catch (const TrainingDiverged& e) {

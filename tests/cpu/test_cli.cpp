@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -527,12 +528,48 @@ TEST_F(Cli, SignalLeavesALoadableCheckpoint) {
     const Result r = run("--backend cpu --quiet --epochs 3 --save '" + ckpt + "'", "",
                          " & pid=$!; sleep 3; kill -" + name + " $pid; wait $pid; exit $?");
     EXPECT_EQ(r.status, status) << r.err;
-    EXPECT_NE(r.err.find("checkpoint written to " + ckpt + ", go on with --resume " + ckpt), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("checkpoint written to " + ckpt + ", go on with: " LENET_TRAIN_EXE " --resume " + ckpt +
+                         " --backend cpu --quiet\n"),
+              std::string::npos)
+        << r.err;
     const lenet::engine::Checkpoint c = lenet::engine::load_checkpoint(ckpt);
     ASSERT_TRUE(c.state.has_value());
     EXPECT_GT(c.state->step, 0u);
     EXPECT_EQ(c.state->epochs, 3);
   }
+}
+
+// The stop line ends with the command that goes on: --resume and the flags the checkpoint does not
+// record, quoted for the shell. Run as it is (without LENET_DATA_DIR), it completes the run. The signal
+// comes once the first epoch's record is written, in the second of three epochs.
+TEST_F(Cli, StopLineGivesTheCommandThatGoesOn) {
+  const fs::path odd = dir_ / "it's a $HOME";
+  fs::create_directories(odd);
+  fs::create_directory_symlink(LENET_TEST_DATA_DIR, odd / "data");
+  const std::string metrics = (odd / "m.jsonl").string(), ckpt = (odd / "c.safetensors").string();
+  auto quoted = [](const std::string& path) {  // in double quotes, where only $, `, " and \\ are special
+    std::string q = "\"";
+    for (const char c : path) q += std::string(std::strchr("$`\"\\", c) ? "\\" : "") + c;
+    return q + "\"";
+  };
+  const Result r = run("--backend cpu --quiet --train-limit 10000 --batch-size 1000 --test-limit 100 --epochs 3 --data-dir " +
+                           quoted((odd / "data").string()) + " --metrics " + quoted(metrics) + " --save " + quoted(ckpt),
+                       "", " & pid=$!; while kill -0 $pid 2>/dev/null && ! [ -s " + quoted(metrics) +
+                               " ]; do sleep 0.05; done; kill -TERM $pid; wait $pid; exit $?");
+  ASSERT_EQ(r.status, 143) << r.err;
+  const std::string marker = "go on with: ";
+  const size_t at = r.err.find(marker);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const std::string command = r.err.substr(at + marker.size(), r.err.find('\n', at) - at - marker.size());
+  EXPECT_NE(command.find("--data-dir '"), std::string::npos) << command;
+  std::ofstream(dir_ / "go-on.sh") << command << "\n";
+  const int status = std::system(("env -u LENET_DATA_DIR sh '" + (dir_ / "go-on.sh").string() + "' >/dev/null 2>&1").c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << command;
+  std::ifstream in(metrics);
+  int records = 0;
+  for (std::string line; std::getline(in, line);) ++records;
+  EXPECT_EQ(records, 3) << command;
+  EXPECT_EQ(lenet::engine::load_checkpoint(ckpt).state->epoch, 3) << command;
 }
 
 // A signal during the last step lets the run complete: the final line, the whole run's checkpoint, and
