@@ -287,28 +287,33 @@ void apply_resume_state(CliOptions& o, const TrainingState& st) {
   o.train.start_so_far = st.epoch_so_far;
 }
 
+// A message on stderr: one line, after the program's name.
+void say(const std::string& message) { std::cerr << kProgram << ": " << one_line(message) << std::endl; }
+
 }  // namespace
 
 int run_cli(int argc, const char* const* argv) {
   // A signal outside the training loop (while loading, setting up or evaluating) ends the run there.
   auto stopped = [](const char* when) {
     block_stop_signals();
-    std::cerr << kProgram << ": stopped by signal " << g_stop_signal << " " << when << std::endl;
+    say("stopped by signal " + std::to_string(g_stop_signal) + " " + when);
     return 128 + static_cast<int>(g_stop_signal);
   };
   prepare_output();
   g_stderr_terminal = ::isatty(STDERR_FILENO) == 1 ? 1 : 0;
   install_stop_handlers();  // first: a signal at any point after start-up gets its line and status
   // The source text's final line is the run's result: a stdout that cannot take it is an error.
+  bool resuming = false;  // for the advice on running out of memory
   auto print_final = [](std::ostream& out, const std::string& line) {
     const std::string failed = write_all(out, line + "\n", &out == &std::cout ? "stdout" : "stderr");
-    if (!failed.empty()) std::cerr << kProgram << ": error: " << failed << std::endl;
+    if (!failed.empty()) say("error: " + failed);
     return failed.empty();
   };
   try {
     const std::optional<CliOptions> parsed = parse_cli(argc, argv);
     if (!parsed) return 0;
     CliOptions o = *parsed;
+    resuming = !o.resume_path.empty();
     std::optional<Checkpoint> checkpoint;
     // --load and --resume exclude each other (validate() refused both).
     if (const std::string& from = o.load_path.empty() ? o.resume_path : o.load_path; !from.empty()) {
@@ -386,7 +391,7 @@ int run_cli(int argc, const char* const* argv) {
     if (g_stop_signal != 0) return stopped("while setting up");
     // Once everything that could refuse the run has been checked, so that a refusal is one line.
     if (o.backend == "auto" && !use_cuda)
-      std::cerr << kProgram << ": no CUDA device answers (" << probe.describe() << "); training on the CPU" << std::endl;
+      say("no CUDA device answers (" + probe.describe() + "); training on the CPU");
 
     if (o.train.epochs == 0) {  // --epochs 0 --load FILE: evaluate only
       const double acc = static_cast<double>(backend->count_correct(data.test, o.train.batch_size)) /
@@ -416,33 +421,32 @@ int run_cli(int argc, const char* const* argv) {
       // it came, so that a script interrupted by it stops too.
       if (g_stop_signal != 0) {
         block_stop_signals();
-        std::cerr << kProgram << ": stopped by signal " << g_stop_signal << " after the run's last step: the run is complete"
-                  << (saved ? ", checkpoint written to " + o.save_path : "") << std::endl;
+        say("stopped by signal " + std::to_string(g_stop_signal) + " after the run's last step: the run is complete" +
+            (saved ? ", checkpoint written to " + o.save_path : ""));
         return 128 + static_cast<int>(g_stop_signal);
       }
       return 0;
     } catch (const TrainingStopped& e) {
       block_stop_signals();
-      std::cerr << kProgram << ": " << e.what()
-                << (o.save_path.empty() ? "; no --save given, nothing written"
-                                        : "; checkpoint written to " + o.save_path + ", go on with: " + resume_command(argv[0], o, use_cuda))
-                << std::endl;
+      say(e.what() + (o.save_path.empty() ? "; no --save given, nothing written"
+                                          : "; checkpoint written to " + o.save_path +
+                                                ", go on with: " + resume_command(argv[0], o, use_cuda)));
       return 128 + e.signal;
     } catch (const TrainingDiverged& e) {
-      std::cerr << kProgram << ": error: " << e.what()
-                << (saved || save_implied ? "; the last good checkpoint stays in " + o.save_path : std::string())
-                << std::endl;
+      say(std::string("error: ") + e.what() +
+          (saved || save_implied ? "; the last good checkpoint stays in " + o.save_path : std::string()));
       return 1;
     }
   } catch (const UsageError& e) {
-    std::cerr << kProgram << ": " << e.what() << std::endl;
+    say(e.what());
     return 2;
   } catch (const std::bad_alloc&) {
-    std::cerr << kProgram << ": error: out of host memory; try a smaller --batch-size, fewer --replicas or a --train-limit"
-              << std::endl;
+    say(resuming ? "error: out of host memory; a resumed run needs what the interrupted one had (its batch size, replicas "
+                   "and data set sizes are the checkpoint's)"
+                 : "error: out of host memory; try a smaller --batch-size, fewer --replicas or a --train-limit");
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << kProgram << ": error: " << e.what() << std::endl;
+    say(std::string("error: ") + e.what());
     return 1;
   }
 }

@@ -38,6 +38,25 @@ inline std::string write_all(std::ostream& out, const std::string& text, const s
   return what + ": write failed" + (errno != 0 ? std::string(" (") + std::strerror(errno) + ")" : std::string());
 }
 
+// A message as one line: the control bytes a file name or a flag's value may bring (a newline, an escape
+// sequence) written as \n, \r, \t or \xNN, so that a message can neither span lines nor move a terminal's
+// cursor. Other bytes, UTF-8 included, stay as they are.
+inline std::string one_line(const std::string& text) {
+  std::string line;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) {
+      line += c;
+    } else if (c == '\n' || c == '\r' || c == '\t') {
+      line += c == '\n' ? "\\n" : c == '\r' ? "\\r" : "\\t";
+    } else {
+      const char* hex = "0123456789abcdef";
+      line += {'\\', 'x', hex[byte >> 4], hex[byte & 15]};
+    }
+  }
+  return line;
+}
+
 // What `path` names once symbolic links are followed, the last one even when what it names does not
 // exist yet (a file written there goes where the link points).
 inline std::string follow_links(const std::string& path) {

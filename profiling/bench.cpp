@@ -38,6 +38,9 @@ namespace {
 using namespace lenet;
 using Clock = std::chrono::steady_clock;
 
+// A message on stderr: one line, after the tool's name.
+void say(const std::string& message) { std::cerr << "lenet-bench: " << engine::one_line(message) << std::endl; }
+
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 struct Options {
@@ -133,7 +136,7 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
   // One more epoch traced with CUPTI, for the columns it fills; a failure leaves them empty.
   if (traced) [&] {
     auto untraced = [&](const std::string& why) {
-      std::cerr << "lenet-bench: " << why << "; the traced columns of " << row.name << " stay empty" << std::endl;
+      say(why + "; the traced columns of " + row.name + " stay empty");
     };
     profiling::CuptiTrace trace;
     std::vector<uint64_t> step_starts;
@@ -155,8 +158,7 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
     // E.g. a graph's kernels not traced: empty columns rather than zeros that mislead.
     if (a.kernels.empty()) return untraced("CUPTI recorded no kernels");
     if (a.dropped_records > 0)
-      std::cerr << "lenet-bench: CUPTI dropped " << a.dropped_records << " records; " << row.name
-                << "'s traced columns are too low" << std::endl;
+      say("CUPTI dropped " + std::to_string(a.dropped_records) + " records; " + row.name + "'s traced columns are too low");
     if (timeline != nullptr) {
       try {  // per step: busy time (overlapping kernels count once) and idle time, for plot.py
         nlohmann::json steps = nlohmann::json::array();
@@ -166,7 +168,7 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
                            {"idle_ms", per_step[k].idle_seconds * 1e3}});
         *timeline = {{"mode", mode}, {"replicas", replicas}, {"batch_size", o.batch_size}, {"steps", steps}};
       } catch (const std::runtime_error& e) {
-        std::cerr << "lenet-bench: no timeline for " << row.name << ": " << e.what() << std::endl;
+        say("no timeline for " + row.name + ": " + e.what());
       }
     }
     const profiling::BusyIdle bi = profiling::busy_and_idle(a.kernels);
@@ -357,11 +359,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::cerr << "lenet-bench: " << e.what() << " (see --help)" << std::endl;
+    say(std::string(e.what()) + " (see --help)");
     return 2;
   }
   if (const std::string flag = engine::option_with_empty_value(app); !flag.empty()) {
-    std::cerr << "lenet-bench: " << flag << ": empty value" << std::endl;
+    say(flag + ": empty value");
     return 2;
   }
   // A configuration or peer named twice (a repeated flag adds to the list) is measured and shown once.
@@ -378,32 +380,32 @@ int main(int argc, char** argv) {
     it = std::any_of(o.peers.begin(), it, [&](const std::string& p) { return engine::same_file(p, *it); }) ? o.peers.erase(it)
                                                                                                       : it + 1;
   if (!engine::parse_u64(o.seed_text, o.seed)) {
-    std::cerr << "lenet-bench: --seed " << o.seed_text << ": " << engine::kU64Rule << std::endl;
+    say("--seed " + o.seed_text + ": " + engine::kU64Rule);
     return 2;
   }
   if (!engine::float32_positive(o.lr)) {
-    std::cerr << "lenet-bench: --lr " << engine::format_double(o.lr) << ": " << engine::kFloat32PositiveRule << std::endl;
+    say("--lr " + engine::format_double(o.lr) + ": " + engine::kFloat32PositiveRule);
     return 2;
   }
   if (!o.json_path.empty() && !o.markdown_path.empty() && engine::same_file(o.json_path, o.markdown_path)) {
-    std::cerr << "lenet-bench: --json and --markdown name the same file " << o.json_path << std::endl;
+    say("--json and --markdown name the same file " + o.json_path);
     return 2;
   }
   for (int r : o.replicas)
     if (r > o.batch_size) {
-      std::cerr << "lenet-bench: --replicas " << r << " is larger than --batch-size " << o.batch_size << std::endl;
+      say("--replicas " + std::to_string(r) + " is larger than --batch-size " + std::to_string(o.batch_size));
       return 2;
     }
   try {
     const bool wants_gpu = std::any_of(o.modes.begin(), o.modes.end(), [](const std::string& m) { return m != "cpu"; });
     const engine::CudaProbe probe = engine::probe_cuda();
     if (wants_gpu && !probe.ok()) {
-      std::cerr << "lenet-bench: no CUDA device answers (" << probe.describe() << "); use --modes cpu" << std::endl;
+      say("no CUDA device answers (" + probe.describe() + "); use --modes cpu");
       return 2;
     }
     const int num_gpus = o.num_gpus > 0 ? o.num_gpus : std::max(1, probe.devices);
     if (wants_gpu && num_gpus > probe.devices) {
-      std::cerr << "lenet-bench: --num-gpus " << num_gpus << ": only " << probe.devices << " visible" << std::endl;
+      say("--num-gpus " + std::to_string(num_gpus) + ": only " + std::to_string(probe.devices) + " visible");
       return 2;
     }
     // What could fail after the benchmark's minutes fails now: the output folders, a named pipe with no
@@ -440,13 +442,13 @@ int main(int argc, char** argv) {
     const io::FashionMnist data = io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), size_t(o.train_limit),
                                                          size_t(o.test_limit));
     if (!o.no_trace && wants_gpu && !profiling::CuptiTrace::available()) {
-      std::cerr << "lenet-bench: " << profiling::CuptiTrace::unavailable_reason() << "; CUPTI columns stay empty" << std::endl;
+      say(profiling::CuptiTrace::unavailable_reason() + "; CUPTI columns stay empty");
       o.no_trace = true;
     } else if (!o.no_trace && wants_gpu) {
       try {
         profiling::CuptiTrace::prepare();  // before any graph is captured
       } catch (const std::exception& e) {
-        std::cerr << "lenet-bench: CUPTI refused (" << e.what() << "); CUPTI columns stay empty" << std::endl;
+        say(std::string("CUPTI refused (") + e.what() + "); CUPTI columns stay empty");
         o.no_trace = true;
       }
     }
@@ -454,7 +456,7 @@ int main(int argc, char** argv) {
     std::vector<profiling::BenchRow> rows;
     for (const std::string& mode : o.modes)
       for (int r : o.replicas) {
-        std::cerr << "lenet-bench: " << profiling::row_name(mode, r) << std::endl;
+        say(profiling::row_name(mode, r));
         nlohmann::json timeline;
         rows.push_back(bench_config(mode, r, num_gpus, data, o, &timeline));
         if (!timeline.is_null() && !timeline_folder.empty()) {  // per-step kernel and idle time, for profiling/plot.py
@@ -536,7 +538,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const std::exception& e) {
-    std::cerr << "lenet-bench: error: " << e.what() << std::endl;
+    say(std::string("error: ") + e.what());
     return 1;
   }
 }

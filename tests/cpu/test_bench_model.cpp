@@ -257,6 +257,11 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
     EXPECT_NE(text.find((dir_ / "pipe").string() + ": " + said), std::string::npos) << text;
     EXPECT_EQ(text.find("cpu R=1"), std::string::npos) << "benchmarked before failing: " << text;
   }
+  // Control bytes in a name stay escaped on the one line: a newline, a terminal's escape sequence.
+  EXPECT_EQ(run_bench("--json \"$(printf '" + dir_.string() + "/missing\\n\\033[2J/b.json')\""), 1);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
+            "lenet-bench: error: " + dir_.string() + "/missing\\n\\x1b[2J/b.json: cannot write into the folder " +
+                dir_.string() + "/missing\\n\\x1b[2J\n");
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --lr 0"), 2);
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --lr 0: must be a number > 0 that float32 holds (1.4e-45 to 3.4e38)\n");
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.md").string() + "'"), 2);  // the --markdown file of `base`

@@ -99,6 +99,17 @@ TEST_F(Cli, MissingDataExits1AndSaysHowToGetIt) {
   EXPECT_NE(r.err.find("train-images-idx3-ubyte"), std::string::npos) << r.err;
 }
 
+// A newline or a terminal's escape sequence in a name or a flag's value is shown escaped: every message
+// stays one line and cannot move the cursor.
+TEST_F(Cli, ControlBytesInNamesAreEscaped) {
+  const Result r = run("--backend cpu --data-dir \"$(printf '" + dir_.string() + "/no\\nwhere\\033[2J')\"");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err.rfind("lenet-train: error: " + dir_.string() + "/no\\nwhere\\x1b[2J/train-images-idx3-ubyte(.gz): not found", 0), 0u)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  expect_usage_error("--seed \"$(printf '1\\t2\\r3')\"", "--seed 1\\t2\\r3: must be an integer");
+}
+
 TEST_F(Cli, LimitLargerThanTheDataSetIsAUsageError) {
   expect_usage_error("--backend cpu --train-limit 60001", "--train-limit 60001: the training set has only 60000");
   expect_usage_error("--backend cpu --test-limit 10001", "--test-limit 10001: the test set has only 10000");
@@ -498,6 +509,14 @@ TEST_F(Cli, OutOfHostMemoryIsOneLineNamingWhatToShrink) {
   const Result r = run("--backend cpu --quiet --batch-size 60000 --replicas 60000 --test-limit 64 --epochs 1", "ulimit -v 3000000; ");
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_EQ(r.err, "lenet-train: error: out of host memory; try a smaller --batch-size, fewer --replicas or a --train-limit\n");
+  // A resumed run has the checkpoint's batch size, replicas and training-set size: none of those flags
+  // would be taken.
+  const std::string ckpt = (dir_ / "big.safetensors").string();
+  lenet::engine::save_checkpoint(ckpt, lenet::model::init_parameters<float>(1), {0, 2, 1, 0, 0.9, 60000, 60000, 60000, {}, 64});
+  const Result resumed = run("--backend cpu --quiet --resume '" + ckpt + "'", "ulimit -v 3000000; ");
+  EXPECT_EQ(resumed.status, 1) << resumed.err;
+  EXPECT_EQ(resumed.err, "lenet-train: error: out of host memory; a resumed run needs what the interrupted one had (its batch "
+                         "size, replicas and data set sizes are the checkpoint's)\n");
 }
 
 // A file name longer than its folder takes is refused before training, for --save and --metrics.
