@@ -6,7 +6,10 @@
 #include <cmath>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <new>
 
@@ -287,6 +290,22 @@ void apply_resume_state(CliOptions& o, const TrainingState& st) {
   o.train.start_so_far = st.epoch_so_far;
 }
 
+// A metrics file that a failed write left with a record cut short ends without a newline: a resumed run
+// appending to it would glue its first record to that fragment. Cuts the fragment off (its epoch's
+// record is lost either way); says whether there was one.
+bool drop_torn_last_line(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  std::ifstream in(path, std::ios::binary);
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (!in.eof() && in.fail()) throw io::DataError(path + ": cannot read the --metrics file to append to it");
+  if (text.empty() || text.back() == '\n') return false;
+  const size_t last_newline = text.rfind('\n');
+  std::filesystem::resize_file(path, last_newline == std::string::npos ? 0 : last_newline + 1, ec);
+  if (ec) throw io::DataError(path + ": cannot cut off the record cut short at its end (" + ec.message() + ") (--metrics)");
+  return true;
+}
+
 // A message on stderr: one line, after the program's name.
 void say(const std::string& message) { std::cerr << kProgram << ": " << one_line(message) << std::endl; }
 
@@ -348,6 +367,8 @@ int run_cli(int argc, const char* const* argv) {
     if (const std::string problem = o.train.metrics_path.empty() ? "" : output_file_problem(o.train.metrics_path);
         !problem.empty())
       throw io::DataError(problem + " (--metrics)");
+    if (o.train.start_step > 0 && !metrics.empty() && standard_stream_of(metrics) == nullptr && drop_torn_last_line(metrics))
+      say("--metrics " + metrics + ": its last line was a record cut short by a failed write; removed it");
     // --backend auto: CUDA when a device answers, else the CPU with a one-line notice. An error other
     // than "no driver" or "no device" is a broken installation, not an absent GPU.
     const CudaProbe probe = o.backend == "cpu" ? CudaProbe{} : probe_cuda();

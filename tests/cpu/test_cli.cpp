@@ -390,6 +390,22 @@ TEST_F(Cli, ResumingACheckpointWithoutTheTestSetSizeTakesTheFlag) {
   EXPECT_EQ(r.status, 0) << r.err;
 }
 
+// A failed write (a full disk) can leave the metrics file's last record cut short: the resumed run cuts
+// that fragment off, says so, and appends whole records after the whole ones.
+TEST_F(Cli, ResumeCutsOffARecordCutShort) {
+  const std::string ckpt = (dir_ / "c.safetensors").string(), metrics = (dir_ / "m.jsonl").string();
+  const std::string common = "--backend cpu --quiet --batch-size 64 --train-limit 128 --test-limit 64 --metrics '" + metrics + "' ";
+  ASSERT_EQ(run(common + "--epochs 1 --save '" + ckpt + "'").status, 0);
+  std::ofstream(metrics, std::ios::app) << "{\"epoch\": 2, \"train_lo";
+  const Result r = run(common + "--epochs 3 --resume '" + ckpt + "'");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "lenet-train: --metrics " + metrics + ": its last line was a record cut short by a failed write; removed it\n");
+  std::ifstream in(metrics);
+  int epoch = 0;
+  for (std::string line; std::getline(in, line);) EXPECT_EQ(nlohmann::json::parse(line).at("epoch"), ++epoch) << line;
+  EXPECT_EQ(epoch, 3);
+}
+
 TEST_F(Cli, MetricsThatIsAHardLinkToTheCheckpointIsRefused) {
   const std::string c = (dir_ / "c.safetensors").string(), m = (dir_ / "m.jsonl").string();
   lenet::engine::save_checkpoint(c, lenet::model::init_parameters<float>(1), {1, 2, 1, 2, 0.2, 64, 1, 128, {}});
