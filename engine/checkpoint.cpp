@@ -257,7 +257,10 @@ class HeaderReader {
     s.batch_size = int_field(meta, "batch_size");
     s.replicas = int_field(meta, "replicas");
     s.train_examples = u64_field(meta, "train_examples");
-    if (meta.contains("test_examples")) s.test_examples = u64_field(meta, "test_examples");  // added within format 2
+    // Added within format 2, so optional; a recorded size is at least 1 (0 stands for "not recorded").
+    if (meta.contains("test_examples") && (s.test_examples = u64_field(meta, "test_examples")) == 0)
+      fail("__metadata__ test_examples is 0, must be at least 1");
+    if (meta.contains("train_fingerprint")) s.train_fingerprint = u64_field(meta, "train_fingerprint");
     s.epoch_so_far.loss_sum = double_field(meta, "epoch_loss_sum");
     s.epoch_so_far.correct = u64_field(meta, "epoch_correct");
     s.epoch_so_far.seconds = double_field(meta, "epoch_seconds");
@@ -310,6 +313,7 @@ std::vector<uint8_t> encode(const std::vector<float>& parameters, const Training
   meta["replicas"] = std::to_string(state.replicas);
   meta["train_examples"] = std::to_string(state.train_examples);
   if (state.test_examples != 0) meta["test_examples"] = std::to_string(state.test_examples);
+  if (state.train_fingerprint) meta["train_fingerprint"] = std::to_string(*state.train_fingerprint);
   meta["epoch_loss_sum"] = format_double(state.epoch_so_far.loss_sum);
   meta["epoch_correct"] = std::to_string(state.epoch_so_far.correct);
   meta["epoch_seconds"] = format_double(state.epoch_so_far.seconds);

@@ -65,6 +65,8 @@ struct TrainingState {
   uint64_t train_examples = 0;  // the training set's size (after --train-limit), >= 1
   EpochSoFar epoch_so_far;  // of epoch `epoch` + 1 when `step` is in its middle; zero at an epoch's end
   uint64_t test_examples = 0;  // the test set's size (after --test-limit); 0: not recorded (optional field)
+  // io::Split::fingerprint() of the training examples used; absent: not recorded (optional field).
+  std::optional<uint64_t> train_fingerprint = std::nullopt;
 };
 
 struct Checkpoint {

@@ -396,10 +396,18 @@ int run_cli(int argc, const char* const* argv) {
     }();
     if (g_stop_signal != 0) return stopped("while loading the data");
     const uint64_t batches = io::num_batches(data.train.size(), uint64_t(o.train.batch_size));
+    // Which examples the run trains on, for its checkpoints (a resumed run has one: --resume implies --save).
+    const uint64_t fingerprint = o.save_path.empty() ? 0 : data.train.fingerprint();
     if (!o.resume_path.empty()) {
       // The checkpoint's step, epoch and partial-epoch fields fit its own training-set size and batch
       // size (load_checkpoint checked), which this run has too.
       const TrainingState& st = *checkpoint->state;
+      // Other examples (another --data-dir, other files) would continue another run, not this one.
+      if (st.train_fingerprint && *st.train_fingerprint != fingerprint) {
+        throw UsageError("--resume " + o.resume_path + ": the training examples differ from the interrupted run's (fingerprint " +
+                         std::to_string(fingerprint) + ", saved " + std::to_string(*st.train_fingerprint) +
+                         "); give the --data-dir it had");
+      }
       if (st.step >= batches * uint64_t(o.train.epochs)) {
         throw UsageError("--resume " + o.resume_path + ": the run already did " + std::to_string(st.step) + " steps, all of " +
                          (o.epochs_given ? "" : "its ") + "--epochs " + std::to_string(o.train.epochs) +
@@ -426,7 +434,7 @@ int run_cli(int argc, const char* const* argv) {
       o.train.checkpoint = [&, replicas](int completed_epochs, uint64_t steps, const EpochSoFar& so_far) {
         save_checkpoint(o.save_path, backend->parameters(0),
                         {completed_epochs, o.train.epochs, o.train.seed, steps, o.train.lr, o.train.batch_size, replicas,
-                         data.train.size(), so_far, data.test.size()});
+                         data.train.size(), so_far, data.test.size(), fingerprint});
         saved = true;
       };
     }

@@ -51,6 +51,13 @@ void Split::slice(size_t first, size_t n, float* x, int32_t* y) const {
   }
 }
 
+uint64_t Split::fingerprint() const {
+  uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a's offset basis and prime
+  for (const std::vector<uint8_t>* bytes : {&pixels, &labels})
+    for (const uint8_t b : *bytes) hash = (hash ^ b) * 0x100000001b3ull;
+  return hash;
+}
+
 std::string resolve_data_dir(const std::string& flag_value) {
   if (!flag_value.empty()) return flag_value;
   const char* env = std::getenv("LENET_DATA_DIR");

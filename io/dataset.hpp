@@ -22,6 +22,9 @@ struct Split {
   void gather(const uint32_t* idx, size_t n, float* x, int32_t* y) const;
   // Rows [first, first + n) in order.
   void slice(size_t first, size_t n, float* x, int32_t* y) const;
+  // FNV-1a (64 bits) of the pixels, then the labels: which examples these are, in which order. The same
+  // in every build (no optional library), so that a checkpoint can say which data its run trained on.
+  uint64_t fingerprint() const;
 };
 
 struct FashionMnist {

@@ -92,6 +92,7 @@ TrainingState sample_state() {
   s.replicas = 3;
   s.train_examples = kSampleBatches * 256;
   s.test_examples = 9999;
+  s.train_fingerprint = 0xcbf29ce484222325ull;  // above 2^63 too
   s.epoch_so_far = {1000.0 / 3.0, 255, 0.1 + 0.7};  // the doubles' shortest round trips need 17 digits
   return s;
 }
@@ -126,6 +127,7 @@ void expect_same_state(const std::optional<TrainingState>& loaded, const Trainin
   EXPECT_EQ(a.replicas, b.replicas);
   EXPECT_EQ(a.train_examples, b.train_examples);
   EXPECT_EQ(a.test_examples, b.test_examples);
+  EXPECT_EQ(a.train_fingerprint, b.train_fingerprint);
   EXPECT_EQ(bits(a.epoch_so_far.loss_sum), bits(b.epoch_so_far.loss_sum));
   EXPECT_EQ(a.epoch_so_far.correct, b.epoch_so_far.correct);
   EXPECT_EQ(bits(a.epoch_so_far.seconds), bits(b.epoch_so_far.seconds));
@@ -244,6 +246,7 @@ TEST_F(CheckpointFiles, IndependentReaderFindsSafetensorsLayout) {
   EXPECT_EQ(meta.at("replicas"), "3");
   EXPECT_EQ(meta.at("train_examples"), "576460752303423488");
   EXPECT_EQ(meta.at("test_examples"), "9999");
+  EXPECT_EQ(meta.at("train_fingerprint"), "14695981039346656037");
   EXPECT_EQ(std::stod(meta.at("epoch_loss_sum").get<std::string>()), 1000.0 / 3.0);
   EXPECT_EQ(meta.at("epoch_correct"), "255");
   EXPECT_EQ(std::stod(meta.at("epoch_seconds").get<std::string>()), 0.1 + 0.7);
@@ -735,18 +738,28 @@ TEST_F(CheckpointFiles, MissingStateFieldIsRejected) {
   }
 }
 
-// The test set's size came within format 2: a checkpoint written before it (no "test_examples") still
-// resumes, with the size unknown (0); one written without a known size leaves the field out.
-TEST_F(CheckpointFiles, TestSetSizeIsOptional) {
-  const std::string older = write_raw("older.safetensors", edited([](json& h) { h["__metadata__"].erase("test_examples"); }));
+// The test set's size and the training examples' fingerprint came within format 2: a checkpoint written
+// before them still resumes, with them unknown; one written without them leaves the fields out. A
+// recorded test set size of 0 is refused (0 stands for "not recorded").
+TEST_F(CheckpointFiles, TestSetSizeAndTrainingFingerprintAreOptional) {
+  const std::string older = write_raw("older.safetensors", edited([](json& h) {
+    h["__metadata__"].erase("test_examples");
+    h["__metadata__"].erase("train_fingerprint");
+  }));
   const Checkpoint c = lenet::engine::load_checkpoint(older);
   ASSERT_TRUE(c.state.has_value());
   EXPECT_EQ(c.state->test_examples, 0u);
+  EXPECT_FALSE(c.state->train_fingerprint.has_value());
   TrainingState unknown = sample_state();
   unknown.test_examples = 0;
+  unknown.train_fingerprint.reset();
   lenet::engine::save_checkpoint(path_, sample_parameters(), unknown);
-  EXPECT_FALSE(json::parse(split(lenet::testing::read_bytes(path_)).header_text).at("__metadata__").contains("test_examples"));
+  const json meta = json::parse(split(lenet::testing::read_bytes(path_)).header_text).at("__metadata__");
+  EXPECT_FALSE(meta.contains("test_examples"));
+  EXPECT_FALSE(meta.contains("train_fingerprint"));
   expect_same_state(lenet::engine::load_checkpoint(path_).state, unknown);
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"]["test_examples"] = "0"; })),
+                  "test_examples is 0, must be at least 1");
 }
 
 // What PyTorch's safetensors.torch.save_file writes for the source text's network: the same tensors
@@ -778,7 +791,8 @@ TEST_F(CheckpointFiles, UnparsableMetadataIsRejected) {
   const std::vector<std::pair<std::string, std::string>> numbers = {
       {"epoch", "3x"}, {"epoch", "-1"}, {"epoch", ""}, {"epoch", " 3"}, {"epochs", "1e1"}, {"epochs", "+10"},
       {"seed", "18446744073709551616"},  // 2^64
-      {"step", "0x10"}, {"step", "010"}, {"batch_size", "256.0"}, {"replicas", "three"}, {"epoch_correct", "-5"}, {"test_examples", "1e4"}};
+      {"step", "0x10"}, {"step", "010"}, {"batch_size", "256.0"}, {"replicas", "three"}, {"epoch_correct", "-5"}, {"test_examples", "1e4"},
+      {"train_fingerprint", "18446744073709551616"}};
   for (const auto& c : numbers) {
     const std::string &field = c.first, &value = c.second;
     const std::string m = rejection(edited([&](json& h) { h["__metadata__"][field] = value; }));

@@ -23,6 +23,8 @@
 #include "engine/checkpoint.hpp"
 #include "engine/cuda_probe.hpp"
 #include "engine/output_file.hpp"
+#include "io/dataset.hpp"
+#include "io/idx.hpp"
 #include "model/lenet.hpp"
 
 namespace {
@@ -371,6 +373,19 @@ TEST_F(Cli, SaveResumeEqualsUninterruptedAndLoadEvaluates) {
   r = run("--backend cpu --quiet --train-limit 500 --test-limit 100 --epochs 3 --resume '" + b + "' --save '" +
           (dir_ / "c.safetensors").string() + "'");
   EXPECT_EQ(r.status, 0) << r.err;
+  // Other training examples (here one label changed) would continue another run: refused.
+  const std::filesystem::path other = dir_ / "other-data";
+  std::filesystem::create_directory(other);
+  const std::string real_dir = LENET_TEST_DATA_DIR;
+  for (const char* name : {"train-images-idx3-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
+    const std::string real = lenet::io::find_data_file(real_dir, name);
+    std::filesystem::create_symlink(real, other / std::filesystem::path(real).filename());
+  }
+  lenet::testing::Bytes labels = lenet::io::read_idx_labels(lenet::io::find_data_file(real_dir, "train-labels-idx1-ubyte"));
+  labels[7] = static_cast<uint8_t>((labels[7] + 1) % 10);
+  lenet::testing::write_bytes((other / "train-labels-idx1-ubyte").string(), lenet::testing::idx_labels(labels));
+  expect_usage_error("--backend cpu --quiet --epochs 3 --data-dir '" + other.string() + "' --resume '" + b + "'",
+                     "--resume " + b + ": the training examples differ from the interrupted run's (fingerprint ");
 }
 
 // A copy of checkpoint `from` at `to` whose JSON header `edit` changed (the data bytes as they were).

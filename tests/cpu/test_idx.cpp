@@ -111,6 +111,29 @@ TEST_F(IdxFiles, LoadSplitPairsImagesWithLabels) {
 
 // ---- corrupt files: each must name the file and the problem -------------------------------------------
 
+// The fingerprint a checkpoint records is FNV-1a (64 bits) over the pixels, then the labels: the
+// published test vectors pin the algorithm, and a changed pixel or label, or another order, changes it.
+TEST(SplitFingerprint, IsFnv1aOverPixelsThenLabels) {
+  lenet::io::Split s;
+  EXPECT_EQ(s.fingerprint(), 0xcbf29ce484222325ull);  // FNV-1a 64 of nothing: the offset basis
+  s.labels = {'a'};
+  EXPECT_EQ(s.fingerprint(), 0xaf63dc4c8601ec8cull);  // of "a"
+  s.pixels = {'f', 'o', 'o'};
+  s.labels = {'b', 'a', 'r'};
+  EXPECT_EQ(s.fingerprint(), 0x85944171f73967e8ull);  // of "foobar"
+  lenet::io::Split a;
+  a.pixels.assign(2 * 784, 7);
+  a.labels = {1, 2};
+  const uint64_t base = a.fingerprint();
+  lenet::io::Split b = a;
+  EXPECT_EQ(b.fingerprint(), base);
+  b.pixels[783] = 8;
+  EXPECT_NE(b.fingerprint(), base);
+  b = a;
+  b.labels = {2, 1};
+  EXPECT_NE(b.fingerprint(), base);
+}
+
 TEST_F(IdxFiles, WrongMagicIsRejected) {
   const std::string img = write_raw("img", idx_images(1, 28, 28, 0x801));
   std::string msg = data_error_of([&] { lenet::io::read_idx_images(img); });

@@ -89,6 +89,8 @@ def main():
         "metadata-missing": checkpoint_header(lambda h: h.pop("__metadata__")),
         "metadata-lr-unparsable": checkpoint_header(lambda h: h["__metadata__"].__setitem__("lr", "0.2x")),
         "metadata-test-examples": checkpoint_header(lambda h: h["__metadata__"].__setitem__("test_examples", "10000")),
+        "metadata-train-fingerprint": checkpoint_header(
+            lambda h: h["__metadata__"].__setitem__("train_fingerprint", "14695981039346656037")),
         "header-array": struct.pack("<Q", 7) + b"[1,2,3]",
     }
     for name, data in seeds.items():
