@@ -25,11 +25,10 @@ inline bool parse_u64(const std::string& s, uint64_t& v) {
 inline constexpr const char* kU64Rule = "must be an integer from 0 to 2^64-1 in decimal digits without a leading zero";
 
 // A learning rate the float32 arithmetic keeps: > 0 after rounding to float32 and finite (a smaller one
-// would train nothing, a larger one overflow; NaN fails both comparisons).
-inline bool float32_positive(double v) {
-  return v >= static_cast<double>(std::numeric_limits<float>::denorm_min()) &&
-         v <= static_cast<double>(std::numeric_limits<float>::max());
-}
+// would train nothing, a larger one overflow; NaN fails both comparisons). Rounding to nearest, ties to
+// even: 2^-150, half the smallest float, rounds to 0 and anything above it to at least that float;
+// 2^128 - 2^103, half an ulp above the largest float, rounds to infinity and anything below it to a float.
+inline bool float32_positive(double v) { return v > 0x1p-150 && v < 0x1p128 - 0x1p103; }
 inline constexpr const char* kFloat32PositiveRule = "must be a number > 0 that float32 holds (1.4e-45 to 3.4e38)";
 
 inline bool all_finite(const std::vector<float>& v) {

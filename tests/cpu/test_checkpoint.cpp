@@ -28,6 +28,7 @@
 
 #include "byte_files.hpp"
 #include "engine/checkpoint.hpp"
+#include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
 #include "model/lenet.hpp"
 
@@ -191,6 +192,23 @@ class CheckpointFiles : public ::testing::Test {
 };
 
 // ---- the file as written ----------------------------------------------------------------------------
+
+// The learning rate rule is about the float32 the value rounds to, to the last bit at both ends: the
+// smallest double that rounds to a float above 0 and the largest that rounds to a finite float pass,
+// their neighbours outside do not (as struct.pack("f") decides for the PyTorch peer).
+TEST(LearningRateRule, IsWhatFloat32RoundsTo) {
+  using lenet::engine::float32_positive;
+  const double tiny = 0x1p-150, huge = 0x1p128 - 0x1p103;
+  EXPECT_FALSE(float32_positive(tiny));
+  EXPECT_TRUE(float32_positive(std::nextafter(tiny, 1.0)));
+  EXPECT_TRUE(float32_positive(1e-45));  // below the smallest float, 1.4e-45, but rounds to it
+  EXPECT_EQ(static_cast<float>(std::nextafter(tiny, 1.0)), std::numeric_limits<float>::denorm_min());
+  EXPECT_FALSE(float32_positive(huge));
+  EXPECT_TRUE(float32_positive(std::nextafter(huge, 0.0)));
+  EXPECT_TRUE(float32_positive(3.4028235e38));  // above the largest float, but rounds to it
+  EXPECT_EQ(static_cast<float>(std::nextafter(huge, 0.0)), std::numeric_limits<float>::max());
+  for (const double bad : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) EXPECT_FALSE(float32_positive(bad));
+}
 
 TEST_F(CheckpointFiles, RoundTripKeepsEveryBitOfParametersAndState) {
   lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
