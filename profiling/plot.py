@@ -23,6 +23,16 @@ import sys
 PROG = "plot.py"
 
 
+ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def say(message):
+    """One line on stderr, as lenet-train writes them: control characters from a file's name or contents
+    escaped."""
+    line = "".join(c if " " <= c != "\x7f" else ESCAPES.get(c, f"\\x{ord(c):02x}") for c in message)
+    print(f"{PROG}: {line}", file=sys.stderr)
+
+
 class PlotError(Exception):
     def __init__(self, message, status=2):
         super().__init__(message)
@@ -152,7 +162,7 @@ def load(paths):
             else:
                 skipped.append(path)
     for path in sorted(set(skipped)):
-        print(f"{PROG}: skipped what is not a benchmark row, metrics line or timeline in {path}", file=sys.stderr)
+        say(f"skipped what is not a benchmark row, metrics line or timeline in {path}")
     return bench, metrics, timelines
 
 
@@ -177,8 +187,7 @@ def metrics_runs(metrics):
         key = (path,) + tuple(json.dumps(m.get(k)) for k in RUN_KEYS)
         epoch = m.get("epoch")
         if not is_number(epoch) or not is_number(m.get("test_acc")) or not 0 <= m["test_acc"] <= 1:
-            print(f"{PROG}: {path}: a metrics line without a numeric epoch and a test_acc from 0 to 1; not drawn",
-                  file=sys.stderr)
+            say(f"{path}: a metrics line without a numeric epoch and a test_acc from 0 to 1; not drawn")
             continue
         if runs and runs[-1]["key"] == key and epoch > runs[-1]["epochs"][-1]:
             runs[-1]["epochs"].append(epoch)
@@ -215,8 +224,7 @@ def accuracy_series(bench, metrics):
         acc = row.get("test_acc_per_epoch")
         name = str(row.get("name") or row.get("impl"))
         if isinstance(acc, list) and acc and not all(is_number(a) and 0 <= a <= 1 for a in acc):
-            print(f"{PROG}: {path}: {name}: test accuracies that are not numbers from 0 to 1; not drawn",
-                  file=sys.stderr)
+            say(f"{path}: {name}: test accuracies that are not numbers from 0 to 1; not drawn")
         elif isinstance(acc, list) and acc:
             # One run's row found twice (lenet-bench --peers copies the peers' rows into its own file)
             # is one line, not two drawn on top of each other.
@@ -260,8 +268,8 @@ def seconds_table(bench):
             name += f" {short}={number_label(v) if is_number(v) else '?' if v is None else v}"
         cell = table.setdefault(name, {})
         if cell.get(int(r["replicas"]), r["seconds_per_epoch"]) != r["seconds_per_epoch"]:
-            print(f"{PROG}: {name} R={int(r['replicas'])} appears more than once with different times; using the one "
-                  f"from {path}", file=sys.stderr)
+            say(f"{name} R={int(r['replicas'])} appears more than once with different times; using the one "
+                f"from {path}")
         cell[int(r["replicas"])] = r["seconds_per_epoch"]
     return table
 
@@ -277,8 +285,8 @@ def timeline_panels(timelines):
                 break
             steps.append((s.get("step", i) if is_number(s.get("step", i)) else i, s["busy_ms"], s["idle_ms"]))
         if not steps:
-            print(f"{PROG}: {path}: timeline without usable steps (each needs busy_ms and idle_ms, numbers >= 0); "
-                  "skipped", file=sys.stderr)
+            say(f"{path}: timeline without usable steps (each needs busy_ms and idle_ms, numbers >= 0); "
+                "skipped")
             continue
         steps.sort()
         panels.append((str(t.get("mode", "?")), path, t, steps))
@@ -409,5 +417,5 @@ if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv[1:]))
     except PlotError as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
+        say(str(e))
         sys.exit(e.status)

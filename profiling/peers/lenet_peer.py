@@ -50,8 +50,16 @@ class DataError(Exception):
     pass
 
 
+ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def one_line(text):
+    """As lenet-train's messages: control characters (from a file name, a flag's value) escaped."""
+    return "".join(c if " " <= c != "\x7f" else ESCAPES.get(c, f"\\x{ord(c):02x}") for c in text)
+
+
 def fail(message, status):
-    print(f"{PROG}: {message}", file=sys.stderr)
+    print(f"{PROG}: {one_line(message)}", file=sys.stderr)
     sys.exit(status)
 
 
@@ -205,7 +213,7 @@ def load_split(torch, folder, prefix, limit, flag, what):
     n = n_images
     if limit is not None:
         if limit > n:
-            raise DataError(f"{flag} {limit}: the {what} set has only {n} examples")
+            raise UsageError(f"{flag} {limit}: the {what} set has only {n} examples")  # as lenet-train: status 2
         n = limit
     # bytearray: torch.frombuffer wants a writable buffer and would warn otherwise.
     x = torch.frombuffer(bytearray(pixels[:n * SIDE * SIDE]), dtype=torch.uint8).reshape(n, 1, SIDE, SIDE)

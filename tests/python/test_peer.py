@@ -314,6 +314,14 @@ class PeerErrors(WithDataset):
     def test_missing_data_names_the_package(self):
         line = self.assert_one_line(run_peer("--data-dir", os.path.join(self.tmp.name, "none")), 1)
         self.assertIn("apt-get install dataset-fashion-mnist", line)
+        # A newline or escape sequence in the name stays escaped on the one line, as lenet-train shows it.
+        line = self.assert_one_line(run_peer("--data-dir", os.path.join(self.tmp.name, "no\nwhere\x1b[2J")), 1)
+        self.assertIn("/no\\nwhere\\x1b[2J/train-images-idx3-ubyte", line)
+
+    @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+    def test_limit_above_the_data_set_is_a_usage_error(self):
+        line = self.assert_one_line(run_peer("--data-dir", self.data, "--train-limit", str(TRAIN + 1)), 2)
+        self.assertIn(f"--train-limit {TRAIN + 1}: the training set has only {TRAIN} examples", line)
 
     @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
     def test_corrupt_idx(self):

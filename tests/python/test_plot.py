@@ -57,6 +57,9 @@ class PlotErrors(unittest.TestCase):
     def test_missing_input(self):
         with tempfile.TemporaryDirectory() as d:
             self.assert_one_line_error(run_plot("--out", d, os.path.join(d, "nothing-here.json")), 2)
+            # A newline or escape sequence in the name stays escaped on the one line.
+            line = self.assert_one_line_error(run_plot("--out", d, os.path.join(d, "no\nthing\x1b[2J.json")), 2)
+            self.assertIn("no\\nthing\\x1b[2J.json", line)
 
     def test_json_without_known_records(self):
         with tempfile.TemporaryDirectory() as d:
