@@ -403,6 +403,10 @@ int main(int argc, char** argv) {
       say("no CUDA device answers (" + probe.describe() + "); use --modes cpu");
       return 2;
     }
+    if (o.num_gpus > 0 && !wants_gpu) {
+      say("--num-gpus " + std::to_string(o.num_gpus) + ": only the GPU modes place replicas on GPUs, and --modes has none");
+      return 2;
+    }
     const int num_gpus = o.num_gpus > 0 ? o.num_gpus : std::max(1, probe.devices);
     if (wants_gpu && num_gpus > probe.devices) {
       say("--num-gpus " + std::to_string(num_gpus) + ": only " + std::to_string(probe.devices) + " visible");

@@ -262,6 +262,9 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
             "lenet-bench: error: " + dir_.string() + "/missing\\n\\x1b[2J/b.json: cannot write into the folder " +
                 dir_.string() + "/missing\\n\\x1b[2J\n");
+  EXPECT_EQ(run_bench("--num-gpus 2"), 2);  // `base` benchmarks the CPU only
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
+            "lenet-bench: --num-gpus 2: only the GPU modes place replicas on GPUs, and --modes has none\n");
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --lr 0"), 2);
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --lr 0: must be a number > 0 that float32 holds (1.4e-45 to 3.4e38)\n");
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.md").string() + "'"), 2);  // the --markdown file of `base`
