@@ -248,6 +248,14 @@ def number_label(v):
     return str(int(f)) if f.is_integer() else repr(f)
 
 
+def device_kind(row):
+    """"cpu" or "cuda" (both, joined by "+"), from a row's device names such as "cuda:0"; None without them."""
+    devices = row.get("devices")
+    if not isinstance(devices, list) or not devices:
+        return None
+    return "+".join(sorted({str(d).split(":")[0] for d in devices}))
+
+
 def seconds_table(bench):
     """{series: {replicas: seconds}}: a series per implementation and mode (and batch size, lr and
     training-set size, where rows differ in them; "?" where a row does not record one); a later row of
@@ -258,11 +266,16 @@ def seconds_table(bench):
         v = r.get(key)
         return number_label(v) if is_number(v) else json.dumps(v)
     differing = [(key, short) for key, short in SETTINGS if len({setting(r, key) for _, r in rows}) > 1]
+    # A peer's mode is the same on the CPU and on a GPU: where rows ran on different kinds of device, the
+    # kind is part of the name.
+    kinds_differ = len({device_kind(r) for _, r in rows}) > 1
     table = {}
     for path, r in rows:
         impl, mode = str(r.get("impl") or ""), str(r.get("mode") or "")
         # lenet-bench rows share one impl ("lenet-dp") across modes; the peers name the mode in the impl.
         name = impl if mode in impl else f"{impl} {mode}".strip()
+        if kinds_differ and device_kind(r) not in (mode, None):
+            name += f" on {device_kind(r)}"
         for key, short in differing:
             v = r.get(key)
             name += f" {short}={number_label(v) if is_number(v) else '?' if v is None else v}"

@@ -236,6 +236,19 @@ class SecondsSeries(PlotModule):
         self.assertEqual(table, {"lenet-dp cpu N=60000": {1: 6.5}, "lenet-dp cpu N=500": {1: 0.06},
                                  "lenet-dp cpu N=?": {1: 6.5}})
 
+    def test_a_peer_on_the_cpu_and_on_a_gpu_is_two_series(self):
+        peer = {"impl": "pytorch-textbook", "mode": "textbook", "replicas": 1, "batch_size": 256, "lr": 0.9,
+                "train_examples": 60000, "seconds_per_epoch": 40.0, "devices": ["cpu"]}
+        ours = {"impl": "lenet-dp", "mode": "cpu", "replicas": 1, "batch_size": 256, "lr": 0.9,
+                "train_examples": 60000, "seconds_per_epoch": 6.5, "devices": ["cpu"]}
+        gpu = dict(peer, seconds_per_epoch=3.0, devices=["cuda:0"])
+        table = self.plot.seconds_table([("a.json", peer), ("b.json", gpu), ("c.json", ours)])
+        self.assertEqual(table, {"pytorch-textbook on cpu": {1: 40.0}, "pytorch-textbook on cuda": {1: 3.0},
+                                 "lenet-dp cpu": {1: 6.5}})
+        # Rows all on one kind of device keep their names.
+        self.assertEqual(list(self.plot.seconds_table([("a.json", peer), ("c.json", ours)])),
+                         ["pytorch-textbook", "lenet-dp cpu"])
+
 
 class SampleIsLabelled(unittest.TestCase):
     def test_readme_says_synthetic(self):
