@@ -45,29 +45,27 @@ class Progress {
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(kWidth * done / total);
     line_open_ = true;
-    errno = 0;
-    out_ << "\r\x1b[2Kepoch " << epoch << "/" << epochs_ << " [" << std::string(static_cast<size_t>(filled), '#')
-         << std::string(static_cast<size_t>(kWidth - filled), '.') << "] " << done << "/" << total << " steps, "
-         << fixed(seconds > 0 ? examples / seconds : 0.0, 0) << " examples/s" << std::flush;
-    check_reader();
+    write("\r\x1b[2Kepoch " + std::to_string(epoch) + "/" + std::to_string(epochs_) + " [" +
+          std::string(static_cast<size_t>(filled), '#') + std::string(static_cast<size_t>(kWidth - filled), '.') + "] " +
+          std::to_string(done) + "/" + std::to_string(total) + " steps, " +
+          fixed(seconds > 0 ? examples / seconds : 0.0, 0) + " examples/s");
   }
 
   void epoch_done(const EpochMetrics& m) {
     if (quiet_) return;
-    if (line_open_) out_ << "\r\x1b[2K";
+    const std::string clear = line_open_ ? "\r\x1b[2K" : "";
     line_open_ = false;
-    errno = 0;
-    out_ << "epoch " << m.epoch << "/" << epochs_ << ": train loss " << fixed(m.train_loss, 4) << ", train acc "
-         << fixed(m.train_acc, 3) << ", test acc " << fixed(m.test_acc, 3) << ", "
-         << three_significant(m.epoch_seconds) << " s (" << fixed(m.examples_per_second, 0) << " examples/s)"
-         << std::endl;
-    check_reader();
+    write(clear + "epoch " + std::to_string(m.epoch) + "/" + std::to_string(epochs_) + ": train loss " +
+          fixed(m.train_loss, 4) + ", train acc " + fixed(m.train_acc, 3) + ", test acc " + fixed(m.test_acc, 3) + ", " +
+          three_significant(m.epoch_seconds) + " s (" + fixed(m.examples_per_second, 0) + " examples/s)\n");
   }
 
  private:
   // A pipe whose reader has gone (`2>&1 | head -n 1`) ends the run, which would go on unseen (SIGPIPE is
   // ignored); a stderr the caller closed does not.
-  void check_reader() const {  // after a write that began with errno = 0
+  void write(const std::string& text) {
+    errno = 0;
+    out_ << text << std::flush;
     if (!out_ && errno == EPIPE) throw io::DataError("stderr: write failed (Broken pipe): the progress output's reader has gone");
   }
 
