@@ -246,7 +246,8 @@ std::string shell_word(const std::string& word) {
 
 // The command that continues a stopped run: --resume and the flags given that the checkpoint does not
 // record (where the data is, which backend and mode, how many GPUs, where the metrics and the display go).
-// On the CPU --num-gpus only set the replica count, which the checkpoint records.
+// On the CPU --num-gpus only set the replica count, which the checkpoint records. Empty where a word holds
+// a control character: a message shows it escaped, and the command would no longer name the same file.
 std::string resume_command(const char* program, const CliOptions& o, bool cuda) {
   const CliOptions defaults;
   std::string command = shell_word(program) + " --resume " + shell_word(o.save_path);
@@ -259,7 +260,7 @@ std::string resume_command(const char* program, const CliOptions& o, bool cuda) 
   add(cuda && o.num_gpus.has_value(), "--num-gpus", std::to_string(o.num_gpus.value_or(0)));
   add(!o.train.metrics_path.empty(), "--metrics", o.train.metrics_path);
   add(o.train.quiet, "--quiet", "");
-  return command;
+  return one_line(command) == command ? command : "";
 }
 
 // A resumed run takes its settings from the checkpoint; a flag that contradicts them is a usage error.
@@ -306,8 +307,7 @@ bool drop_torn_last_line(const std::string& path) {
   return true;
 }
 
-// A message on stderr: one line, after the program's name.
-void say(const std::string& message) { std::cerr << kProgram << ": " << one_line(message) << std::endl; }
+void say(const std::string& message) { engine::say(kProgram, message); }
 
 }  // namespace
 
@@ -367,8 +367,6 @@ int run_cli(int argc, const char* const* argv) {
     if (const std::string problem = o.train.metrics_path.empty() ? "" : output_file_problem(o.train.metrics_path);
         !problem.empty())
       throw io::DataError(problem + " (--metrics)");
-    if (o.train.start_step > 0 && !metrics.empty() && standard_stream_of(metrics) == nullptr && drop_torn_last_line(metrics))
-      say("--metrics " + metrics + ": its last line was a record cut short by a failed write; removed it");
     // --backend auto: CUDA when a device answers, else the CPU with a one-line notice. An error other
     // than "no driver" or "no device" is a broken installation, not an absent GPU.
     const CudaProbe probe = o.backend == "cpu" ? CudaProbe{} : probe_cuda();
@@ -421,6 +419,8 @@ int run_cli(int argc, const char* const* argv) {
     // Once everything that could refuse the run has been checked, so that a refusal is one line.
     if (o.backend == "auto" && !use_cuda)
       say("no CUDA device answers (" + probe.describe() + "); training on the CPU");
+    if (o.train.start_step > 0 && !metrics.empty() && standard_stream_of(metrics) == nullptr && drop_torn_last_line(metrics))
+      say("--metrics " + metrics + ": its last line was a record cut short by a failed write; removed it");
 
     if (o.train.epochs == 0) {  // --epochs 0 --load FILE: evaluate only
       const double acc = static_cast<double>(backend->count_correct(data.test, o.train.batch_size)) /
@@ -457,9 +457,12 @@ int run_cli(int argc, const char* const* argv) {
       return 0;
     } catch (const TrainingStopped& e) {
       block_stop_signals();
-      say(e.what() + (o.save_path.empty() ? "; no --save given, nothing written"
-                                          : "; checkpoint written to " + o.save_path +
-                                                ", go on with: " + resume_command(argv[0], o, use_cuda)));
+      const std::string command = resume_command(argc > 0 && argv[0] != nullptr ? argv[0] : kProgram, o, use_cuda);
+      say(e.what() + (o.save_path.empty()     ? "; no --save given, nothing written"
+                      : "; checkpoint written to " + o.save_path +
+                            (command.empty() ? ", go on with --resume " + o.save_path +
+                                                   " and the flags given here that it does not record"
+                                             : ", go on with: " + command)));
       return 128 + e.signal;
     } catch (const TrainingDiverged& e) {
       say(std::string("error: ") + e.what() +

@@ -29,7 +29,7 @@ inline constexpr const char* kU64Rule = "must be an integer from 0 to 2^64-1 in 
 // even: 2^-150, half the smallest float, rounds to 0 and anything above it to at least that float;
 // 2^128 - 2^103, half an ulp above the largest float, rounds to infinity and anything below it to a float.
 inline bool float32_positive(double v) { return v > 0x1p-150 && v < 0x1p128 - 0x1p103; }
-inline constexpr const char* kFloat32PositiveRule = "must be a number > 0 that float32 holds (1.4e-45 to 3.4e38)";
+inline constexpr const char* kFloat32PositiveRule = "must be a number that rounds to a finite float32 above 0 (1.4e-45 to 3.4e38 once rounded)";
 
 inline bool all_finite(const std::vector<float>& v) {
   for (const float x : v)

@@ -38,23 +38,31 @@ inline std::string write_all(std::ostream& out, const std::string& text, const s
   return what + ": write failed" + (errno != 0 ? std::string(" (") + std::strerror(errno) + ")" : std::string());
 }
 
-// A message as one line: the control bytes a file name or a flag's value may bring (a newline, an escape
-// sequence) written as \n, \r, \t or \xNN, so that a message can neither span lines nor move a terminal's
-// cursor. Other bytes, UTF-8 included, stay as they are.
+// A message as one line: the control characters a file name or a flag's value may bring (a newline, an
+// escape sequence; C1 controls such as CSI, U+0080..U+009F, in their UTF-8 form 0xc2 0x80..0x9f) written
+// as \n, \r, \t or \xNN, so that a message can neither span lines nor move a terminal's cursor. Other
+// bytes, the rest of UTF-8 included, stay as they are.
 inline std::string one_line(const std::string& text) {
   std::string line;
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte >= 0x20 && byte != 0x7f) {
-      line += c;
-    } else if (c == '\n' || c == '\r' || c == '\t') {
-      line += c == '\n' ? "\\n" : c == '\r' ? "\\r" : "\\t";
+  auto hex = [&line](unsigned char b) { line += {'\\', 'x', "0123456789abcdef"[b >> 4], "0123456789abcdef"[b & 15]}; };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    const bool c1 = byte == 0xc2 && i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xe0) == 0x80;
+    if (byte == '\n' || byte == '\r' || byte == '\t') {
+      line += byte == '\n' ? "\\n" : byte == '\r' ? "\\r" : "\\t";
+    } else if (byte < 0x20 || byte == 0x7f || c1) {
+      hex(byte);
+      if (c1) hex(static_cast<unsigned char>(text[++i]));
     } else {
-      const char* hex = "0123456789abcdef";
-      line += {'\\', 'x', hex[byte >> 4], hex[byte & 15]};
+      line += text[i];
     }
   }
   return line;
+}
+
+// A message on stderr: one line (see one_line), after the tool's name.
+inline void say(const char* program, const std::string& message) {
+  std::cerr << program << ": " << one_line(message) << std::endl;
 }
 
 // What `path` names once symbolic links are followed, the last one even when what it names does not

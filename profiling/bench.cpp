@@ -38,8 +38,7 @@ namespace {
 using namespace lenet;
 using Clock = std::chrono::steady_clock;
 
-// A message on stderr: one line, after the tool's name.
-void say(const std::string& message) { std::cerr << "lenet-bench: " << engine::one_line(message) << std::endl; }
+void say(const std::string& message) { engine::say("lenet-bench", message); }
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "engine/numbers.hpp"
+#include "engine/output_file.hpp"
 
 namespace lenet::profiling {
 
@@ -140,10 +141,10 @@ std::vector<double> get_list(const nlohmann::json& j, const char* key, double hi
   return out;
 }
 
-// A name shown in a Markdown table cell: printable, on one line.
+// A name shown in a Markdown table cell and in messages: printable, on one line (nothing one_line escapes).
 std::string get_name(const nlohmann::json& j, const char* key) {
   const std::string s = j.at(key).get<std::string>();
-  if (s.empty() || std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }))
+  if (s.empty() || engine::one_line(s) != s)
     throw std::runtime_error(std::string("\"") + key + "\" is " + j.at(key).dump() + ", not a name on one line");
   return s;
 }

@@ -29,8 +29,13 @@ ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 def say(message):
     """One line on stderr, as lenet-train writes them: control characters from a file's name or contents
     escaped."""
-    line = "".join(c if " " <= c != "\x7f" else ESCAPES.get(c, f"\\x{ord(c):02x}") for c in message)
-    print(f"{PROG}: {line}", file=sys.stderr)
+    print(f"{PROG}: {one_line(message)}", file=sys.stderr)
+
+
+def one_line(text):
+    """Control characters (C0, DEL and C1) escaped, C1 as its UTF-8 bytes, as lenet-train shows them."""
+    return "".join(ESCAPES.get(c, "".join(f"\\x{b:02x}" for b in c.encode()))
+                   if c < " " or "\x7f" <= c <= "\x9f" else c for c in text)
 
 
 class PlotError(Exception):
@@ -333,7 +338,7 @@ def save(plt, fig, out_dir, name):
         raise PlotError(f"{path}: cannot draw ({e})", 1)
     finally:
         plt.close(fig)
-    print(f"wrote {path}")
+    print(f"wrote {one_line(path)}")
     return path
 
 

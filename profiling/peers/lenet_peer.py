@@ -54,8 +54,10 @@ ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def one_line(text):
-    """As lenet-train's messages: control characters (from a file name, a flag's value) escaped."""
-    return "".join(c if " " <= c != "\x7f" else ESCAPES.get(c, f"\\x{ord(c):02x}") for c in text)
+    """As lenet-train's messages: control characters (C0, DEL and C1, from a file name or a flag's value)
+    escaped, C1 as its UTF-8 bytes."""
+    return "".join(ESCAPES.get(c, "".join(f"\\x{b:02x}" for b in c.encode()))
+                   if c < " " or "\x7f" <= c <= "\x9f" else c for c in text)
 
 
 def fail(message, status):
@@ -102,7 +104,7 @@ def parse_args(argv):
     except OverflowError:
         lr32 = math.inf
     if not (math.isfinite(lr32) and lr32 > 0):
-        raise UsageError(f"--lr {a.lr}: must be a number > 0 that float32 holds (1.4e-45 to 3.4e38)")
+        raise UsageError(f"--lr {a.lr}: must be a number that rounds to a finite float32 above 0 (1.4e-45 to 3.4e38 once rounded)")
     if a.epochs < 1:
         raise UsageError(f"--epochs {a.epochs}: must be at least 1")
     if a.num_gpus is not None and a.num_gpus < 1:
@@ -597,7 +599,7 @@ def profile_kernels(torch, one_step, steps, sync, graph_replayed):
             raise RuntimeError("the profiler recorded no device activity")
         return summarize_profile(events, steps, graph_replayed)
     except Exception as e:  # noqa: BLE001 - any profiler failure only costs the optional fields
-        print(f"{PROG}: notice: profiling failed ({type(e).__name__}: {e}); kernel fields left null",
+        print(f"{PROG}: notice: {one_line(f'profiling failed ({type(e).__name__}: {e})')}; kernel fields left null",
               file=sys.stderr)
         return {}
 

@@ -145,6 +145,7 @@ TEST(BenchModel, JsonRoundTripAndMarkdown) {
            {"test_acc_per_epoch", 0.5, "\"test_acc_per_epoch\" is not a list"},
            {"epoch_seconds", {1.0, "x"}, "\"epoch_seconds\" is \"x\", not a number"},
            {"name", "a\nb", "\"name\" is \"a\\nb\", not a name on one line"},
+           {"name", "a\xc2\x9b" "b", "\"name\" is \"a\xc2\x9b" "b\", not a name on one line"},  // U+009B, CSI
            {"mode", "", "\"mode\" is \"\", not a name on one line"}}) {
     nlohmann::json bad = to_json(b);
     bad[key] = value;
@@ -266,7 +267,7 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
             "lenet-bench: --num-gpus 2: only the GPU modes place replicas on GPUs, and --modes has none\n");
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --lr 0"), 2);
-  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --lr 0: must be a number > 0 that float32 holds (1.4e-45 to 3.4e38)\n");
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --lr 0: must be a number that rounds to a finite float32 above 0 (1.4e-45 to 3.4e38 once rounded)\n");
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.md").string() + "'"), 2);  // the --markdown file of `base`
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
             "lenet-bench: --json and --markdown name the same file " + (dir_ / "b.md").string() + "\n");

@@ -33,6 +33,19 @@ using lenet::testing::Cli;
 using lenet::testing::Result;
 namespace fs = std::filesystem;
 
+// A path as a shell word, in double quotes (where only $, `, " and \\ are special).
+std::string quoted(const std::string& path) {
+  std::string q = "\"";
+  for (const char c : path) q += std::string(std::strchr("$`\"\\", c) ? "\\" : "") + c;
+  return q + "\"";
+}
+
+// What the shell does after starting a run in the background: wait until its first epoch's metrics
+// record is written (training is under way, not loading), then go on with the rest (send signals).
+std::string once_training(const std::string& metrics) {
+  return " & pid=$!; while kill -0 $pid 2>/dev/null && ! [ -s " + quoted(metrics) + " ]; do sleep 0.05; done; ";
+}
+
 TEST_F(Cli, UsageErrorsExit2WithOneLine) {
   expect_usage_error("--no-such-flag", "--no-such-flag");
   expect_usage_error("--batch-size 0", "--batch-size 0: must be at least 1");
@@ -59,8 +72,8 @@ TEST_F(Cli, UsageErrorsExit2WithOneLine) {
   expect_usage_error("--replicas 1e3", "--replicas: 1e3 is not a decimal integer");
   expect_usage_error("--train-limit 18446744073709551615", "--train-limit: 18446744073709551615 is out of range");
   // A learning rate that float32 rounds to 0 or to infinity.
-  expect_usage_error("--lr 1e-50", "--lr 1e-50: must be a number > 0 that float32 holds");
-  expect_usage_error("--lr 1e39", "--lr 1e+39: must be a number > 0 that float32 holds");
+  expect_usage_error("--lr 1e-50", "--lr 1e-50: must be a number that rounds to a finite float32 above 0");
+  expect_usage_error("--lr 1e39", "--lr 1e+39: must be a number that rounds to a finite float32 above 0");
 }
 
 TEST_F(Cli, BackendCudaWithoutDeviceIsAUsageError) {
@@ -99,6 +112,16 @@ TEST_F(Cli, MissingDataExits1AndSaysHowToGetIt) {
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("apt-get install dataset-fashion-mnist"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("train-images-idx3-ubyte"), std::string::npos) << r.err;
+}
+
+// What a message shows of a name: C0 controls, DEL and the C1 controls' UTF-8 form escaped, the rest of
+// UTF-8 (whose continuation bytes include 0x80..0x9f) as it is.
+TEST(OneLine, EscapesControlCharactersAndKeepsTheRestOfUtf8) {
+  using lenet::engine::one_line;
+  EXPECT_EQ(one_line("a\nb\tc\rd\x1b[2J\x7f\x01"), "a\\nb\\tc\\rd\\x1b[2J\\x7f\\x01");
+  EXPECT_EQ(one_line("csi \xc2\x9b" "31m, nel \xc2\x85, end \xc2"), "csi \\xc2\\x9b31m, nel \\xc2\\x85, end \xc2");
+  const std::string utf8 = "na\xc3\xafve \xc5\x9b \xc2\xa0\xe2\x82\xac \xf0\x9f\x98\x80";  // ï ś NBSP € 😀
+  EXPECT_EQ(one_line(utf8), utf8);
 }
 
 // A newline or a terminal's escape sequence in a name or a flag's value is shown escaped: every message
@@ -412,6 +435,10 @@ TEST_F(Cli, ResumeCutsOffARecordCutShort) {
   const std::string common = "--backend cpu --quiet --batch-size 64 --train-limit 128 --test-limit 64 --metrics '" + metrics + "' ";
   ASSERT_EQ(run(common + "--epochs 1 --save '" + ckpt + "'").status, 0);
   std::ofstream(metrics, std::ios::app) << "{\"epoch\": 2, \"train_lo";
+  // A resume refused for another reason leaves the file as it was: one line, nothing cut.
+  const std::string before = lenet::testing::slurp(metrics);
+  expect_usage_error(common + "--epochs 1 --resume '" + ckpt + "'", "raise --epochs");
+  EXPECT_EQ(lenet::testing::slurp(metrics), before);
   const Result r = run(common + "--epochs 3 --resume '" + ckpt + "'");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "lenet-train: --metrics " + metrics + ": its last line was a record cut short by a failed write; removed it\n");
@@ -597,15 +624,9 @@ TEST_F(Cli, StopLineGivesTheCommandThatGoesOn) {
   fs::create_directories(odd);
   fs::create_directory_symlink(LENET_TEST_DATA_DIR, odd / "data");
   const std::string metrics = (odd / "m.jsonl").string(), ckpt = (odd / "c.safetensors").string();
-  auto quoted = [](const std::string& path) {  // in double quotes, where only $, `, " and \\ are special
-    std::string q = "\"";
-    for (const char c : path) q += std::string(std::strchr("$`\"\\", c) ? "\\" : "") + c;
-    return q + "\"";
-  };
-  const Result r = run("--backend cpu --quiet --train-limit 10000 --batch-size 1000 --test-limit 100 --epochs 3 --data-dir " +
+  const Result r = run("--backend cpu --quiet --train-limit 3000 --batch-size 500 --test-limit 100 --epochs 3 --data-dir " +
                            quoted((odd / "data").string()) + " --metrics " + quoted(metrics) + " --save " + quoted(ckpt),
-                       "", " & pid=$!; while kill -0 $pid 2>/dev/null && ! [ -s " + quoted(metrics) +
-                               " ]; do sleep 0.05; done; kill -TERM $pid; wait $pid; exit $?");
+                       "", once_training(metrics) + "kill -TERM $pid; wait $pid; exit $?");
   ASSERT_EQ(r.status, 143) << r.err;
   const std::string marker = "go on with: ";
   const size_t at = r.err.find(marker);
@@ -620,6 +641,23 @@ TEST_F(Cli, StopLineGivesTheCommandThatGoesOn) {
   for (std::string line; std::getline(in, line);) ++records;
   EXPECT_EQ(records, 3) << command;
   EXPECT_EQ(lenet::engine::load_checkpoint(ckpt).state->epoch, 3) << command;
+}
+
+// A name with a control character is shown escaped, so a command with it would name another file: the
+// line then says what to give instead of a command.
+TEST_F(Cli, StopLineWithoutACommandWhereANameHoldsAControlCharacter) {
+  const std::string metrics = (dir_ / "m.jsonl").string(), ckpt = (dir_ / "tab\there.safetensors").string();
+  const Result r = run("--backend cpu --quiet --train-limit 3000 --batch-size 500 --test-limit 100 --epochs 3 --metrics " +
+                           quoted(metrics) + " --save " + quoted(ckpt),
+                       "", once_training(metrics) + "kill -TERM $pid; wait $pid; exit $?");
+  ASSERT_EQ(r.status, 143) << r.err;
+  const std::string shown = (dir_ / "tab\\there.safetensors").string();
+  EXPECT_NE(r.err.find("checkpoint written to " + shown + ", go on with --resume " + shown +
+                       " and the flags given here that it does not record\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_TRUE(lenet::engine::load_checkpoint(ckpt).state.has_value());
 }
 
 // A signal during the last step lets the run complete: the final line, the whole run's checkpoint, and
@@ -666,10 +704,12 @@ TEST_F(Cli, HangupIsIgnoredUnderNohupAndCountsOnce) {
 TEST_F(Cli, InterruptIgnoredAtStartStaysIgnored) {
   as_script_job_ = true;
   const std::string ckpt = (dir_ / "job.safetensors").string();
-  const std::string common = "--backend cpu --quiet --test-limit 100 --train-limit 10000 --batch-size 10000 ";
-  Result r = run(common + "--epochs 2", "", " & pid=$!; sleep 1; kill -INT $pid; wait $pid; exit $?");
+  const std::string common = "--backend cpu --quiet --test-limit 100 --train-limit 3000 --batch-size 500 ";
+  const std::string m1 = (dir_ / "m1.jsonl").string(), m2 = (dir_ / "m2.jsonl").string();
+  Result r = run(common + "--epochs 2 --metrics " + quoted(m1), "", once_training(m1) + "kill -INT $pid; wait $pid; exit $?");
   EXPECT_EQ(r.status, 0) << r.err;
-  r = run(common + "--epochs 3 --save '" + ckpt + "'", "", " & pid=$!; sleep 1; kill -INT $pid; sleep 0.5; kill -TERM $pid; wait $pid; exit $?");
+  r = run(common + "--epochs 4 --metrics " + quoted(m2) + " --save " + quoted(ckpt), "",
+          once_training(m2) + "kill -INT $pid; sleep 0.3; kill -TERM $pid; wait $pid; exit $?");
   EXPECT_EQ(r.status, 143) << r.err;
   EXPECT_EQ(r.err.find("stopped at once"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("checkpoint written to"), std::string::npos) << r.err;

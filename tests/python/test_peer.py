@@ -315,8 +315,8 @@ class PeerErrors(WithDataset):
         line = self.assert_one_line(run_peer("--data-dir", os.path.join(self.tmp.name, "none")), 1)
         self.assertIn("apt-get install dataset-fashion-mnist", line)
         # A newline or escape sequence in the name stays escaped on the one line, as lenet-train shows it.
-        line = self.assert_one_line(run_peer("--data-dir", os.path.join(self.tmp.name, "no\nwhere\x1b[2J")), 1)
-        self.assertIn("/no\\nwhere\\x1b[2J/train-images-idx3-ubyte", line)
+        line = self.assert_one_line(run_peer("--data-dir", os.path.join(self.tmp.name, "no\nwhere\x1b[2J\x9b")), 1)
+        self.assertIn("/no\\nwhere\\x1b[2J\\xc2\\x9b/train-images-idx3-ubyte", line)
 
     @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
     def test_limit_above_the_data_set_is_a_usage_error(self):

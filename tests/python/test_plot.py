@@ -58,8 +58,8 @@ class PlotErrors(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             self.assert_one_line_error(run_plot("--out", d, os.path.join(d, "nothing-here.json")), 2)
             # A newline or escape sequence in the name stays escaped on the one line.
-            line = self.assert_one_line_error(run_plot("--out", d, os.path.join(d, "no\nthing\x1b[2J.json")), 2)
-            self.assertIn("no\\nthing\\x1b[2J.json", line)
+            line = self.assert_one_line_error(run_plot("--out", d, os.path.join(d, "no\nthing\x1b[2J\x9b.json")), 2)
+            self.assertIn("no\\nthing\\x1b[2J\\xc2\\x9b.json", line)
 
     def test_json_without_known_records(self):
         with tempfile.TemporaryDirectory() as d:
