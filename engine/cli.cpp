@@ -177,16 +177,17 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
 namespace {
 
 // The first SIGINT/SIGTERM/SIGHUP (a closed terminal or ssh session) asks the training loop to stop after
-// its current step; a second one ends the process at once. Only async-signal-safe work happens in the
-// handler.
+// its current step; a second one ends the process at once: another Ctrl-C, or another kind of signal. A
+// hangup or a termination request that comes again counts once: a hangup may come from the shell and
+// from the terminal, and timeout(1) sends SIGTERM to the process and then to its process group. Only
+// async-signal-safe work happens in the handler.
 volatile std::sig_atomic_t g_stop_signal = 0;
 volatile std::sig_atomic_t g_stop_reported = 0;
 volatile std::sig_atomic_t g_stderr_terminal = 0;  // the progress display may hold a live line there
 
 extern "C" void on_stop_signal(int signal) {
   if (g_stop_reported != 0) return;
-  // A hangup may come twice (from the shell and from the terminal): only another signal is a second one.
-  if (g_stop_signal != 0 && !(signal == SIGHUP && g_stop_signal == SIGHUP)) {
+  if (g_stop_signal != 0 && !(signal == g_stop_signal && signal != SIGINT)) {
     // The second signal: at once, leaving no half-written temporary checkpoint.
     remove_checkpoint_in_progress();
     char line[] = "\r\x1b[2Klenet-train: stopped at once by a second signal NN\n";
@@ -212,6 +213,9 @@ void install_stop_handlers() {
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);  // each blocks the others while it runs: two signals never both look first
   for (const int signal : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&action.sa_mask, signal);
+  // A write waiting on a full pipe (a reader that is slow or paused) goes on waiting: without SA_RESTART it
+  // would fail with EINTR and end the run as an error instead of a stop.
+  action.sa_flags = SA_RESTART;
   // A signal ignored when the program starts stays ignored, as whoever started it asked: a hangup under
   // nohup, an interrupt in a script's background job (POSIX shells ignore SIGINT there, so that the
   // terminal's Ctrl-C stops the script, not its jobs). SIGTERM still stops such a run.

@@ -715,6 +715,36 @@ TEST_F(Cli, InterruptIgnoredAtStartStaysIgnored) {
   EXPECT_NE(r.err.find("checkpoint written to"), std::string::npos) << r.err;
 }
 
+// A termination request that comes twice is one request to stop, as a hangup is: timeout(1) sends
+// SIGTERM to the process and then to its process group, and the checkpoint must still be written. One
+// step per epoch of 3000 examples: the second request comes while the step the first one waits for runs.
+TEST_F(Cli, TerminationSentTwiceCountsOnce) {
+  const std::string metrics = (dir_ / "m.jsonl").string(), ckpt = (dir_ / "c.safetensors").string();
+  const Result r = run("--backend cpu --quiet --train-limit 3000 --batch-size 3000 --test-limit 100 --epochs 3 --metrics " +
+                           quoted(metrics) + " --save " + quoted(ckpt),
+                       "", once_training(metrics) + "kill -TERM $pid; sleep 0.2; kill -TERM $pid; wait $pid; exit $?");
+  EXPECT_EQ(r.status, 143) << r.err;
+  EXPECT_EQ(r.err.find("stopped at once"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("checkpoint written to"), std::string::npos) << r.err;
+}
+
+// A signal while a write waits on a full pipe (a reader that does not read yet) is a stop, not a failed
+// write: the write goes on once the reader reads. The metrics go to stdout, a FIFO, through stdio, which
+// does not retry a write that a signal interrupted. Epochs of one one-example step fill the pipe's
+// 64 KiB with metrics records in about a second here, before the signal at 3 s (a slower build may not
+// fill it: the test then shows less); the reader reads from 5 s on.
+TEST_F(Cli, SignalWhileAWriteWaitsOnAFullPipeIsAStop) {
+  const std::string fifo = quoted((dir_ / "fifo").string()), err = quoted((dir_ / "err").string());
+  const std::string cmd = "mkfifo " + fifo + "; (exec 3<>" + fifo + "; sleep 5; timeout 10 cat <&3 >/dev/null) & sleep 0.3; " +
+                          "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_TRAIN_EXE "' --backend cpu --quiet --train-limit 1 "
+                          "--batch-size 1 --test-limit 1 --epochs 1000000 --metrics /dev/stdout >" + fifo + " 2>" + err +
+                          " & pid=$!; sleep 3; kill -TERM $pid; wait $pid; exit $?";
+  const int raw = std::system(cmd.c_str());
+  EXPECT_TRUE(WIFEXITED(raw) && WEXITSTATUS(raw) == 143) << raw << ": " << lenet::testing::slurp(dir_ / "err");
+  EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("stopped by signal 15"), std::string::npos)
+      << lenet::testing::slurp(dir_ / "err");
+}
+
 // A second signal ends the run at once, still with its line on stderr and 128 + signal. Two different
 // signals sent to the stopped process arrive together when it continues (one kind would merge into one).
 TEST_F(Cli, SecondSignalExitsAtOnceWithItsLine) {
