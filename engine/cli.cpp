@@ -24,6 +24,7 @@
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
 #include "graphs/cuda_check.hpp"
+#include "io/dataset.hpp"
 #include "io/sampler.hpp"
 #include "model/gemm.hpp"
 #include "model/lenet.hpp"
@@ -249,20 +250,30 @@ std::string shell_word(const std::string& word) {
 }
 
 // The command that continues a stopped run: --resume and the flags given that the checkpoint does not
-// record (where the data is, which backend and mode, how many GPUs, where the metrics and the display go).
-// On the CPU --num-gpus only set the replica count, which the checkpoint records. Empty where a word holds
-// a control character: a message shows it escaped, and the command would no longer name the same file.
+// record (where the data is, also when LENET_DATA_DIR said it; which backend and mode; how many GPUs; where
+// the metrics and the display go). On the CPU --num-gpus only set the replica count, which the checkpoint
+// records. Paths are absolute, so that the command works from any folder. Empty where a word holds a
+// control character: a message shows it escaped, and the command would no longer name the same file.
 std::string resume_command(const char* program, const CliOptions& o, bool cuda) {
   const CliOptions defaults;
-  std::string command = shell_word(program) + " --resume " + shell_word(o.save_path);
+  auto absolute = [](const std::string& path) {
+    std::error_code ec;
+    const std::filesystem::path p = std::filesystem::absolute(path, ec);
+    return ec ? path : p.string();
+  };
+  // A program found through PATH stays a name; one started by a path gets an absolute one.
+  const std::string started = program;
+  std::string command = shell_word(started.find('/') == std::string::npos ? started : absolute(started)) + " --resume " +
+                        shell_word(absolute(o.save_path));
   auto add = [&](bool given, const char* flag, const std::string& value) {
     if (given) command += std::string(" ") + flag + (value.empty() ? "" : " " + shell_word(value));
   };
-  add(!o.data_dir.empty(), "--data-dir", o.data_dir);
+  const std::string data_dir = io::resolve_data_dir(o.data_dir);
+  add(data_dir != io::kDefaultDataDir, "--data-dir", absolute(data_dir));
   add(o.backend != defaults.backend, "--backend", o.backend);
   add(o.mode != defaults.mode, "--mode", o.mode);
   add(cuda && o.num_gpus.has_value(), "--num-gpus", std::to_string(o.num_gpus.value_or(0)));
-  add(!o.train.metrics_path.empty(), "--metrics", o.train.metrics_path);
+  add(!o.train.metrics_path.empty(), "--metrics", absolute(o.train.metrics_path));
   add(o.train.quiet, "--quiet", "");
   return one_line(command) == command ? command : "";
 }
