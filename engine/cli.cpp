@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
@@ -9,11 +10,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <memory>
 #include <new>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "engine/checkpoint.hpp"
 #include "engine/cpu_backend.hpp"
@@ -307,19 +308,45 @@ void apply_resume_state(CliOptions& o, const TrainingState& st) {
 }
 
 // A metrics file that a failed write left with a record cut short ends without a newline: a resumed run
-// appending to it would glue its first record to that fragment. Cuts the fragment off (its epoch's
-// record is lost either way); says whether there was one.
-bool drop_torn_last_line(const std::string& path) {
+// appending to it would glue its first record to that fragment. Only the file's end is read. A last line
+// that is a whole record (only its newline missing) gets its newline; any other is cut off (its epoch's
+// record is lost either way). Says what it did, or nothing.
+std::string mend_last_line(const std::string& path) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return false;
-  std::ifstream in(path, std::ios::binary);
-  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  if (!in.eof() && in.fail()) throw io::DataError(path + ": cannot read the --metrics file to append to it");
-  if (text.empty() || text.back() == '\n') return false;
-  const size_t last_newline = text.rfind('\n');
-  std::filesystem::resize_file(path, last_newline == std::string::npos ? 0 : last_newline + 1, ec);
+  if (!std::filesystem::is_regular_file(path, ec)) return "";
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw io::DataError(path + ": cannot read the --metrics file to append to it");
+  const std::streamoff size = in.tellg();
+  if (size <= 0) return "";
+  in.seekg(size - 1);
+  if (in.get() == '\n') return "";
+  std::streamoff start = size - 1;  // of the last line: after the last newline, else the file's start
+  constexpr std::streamoff kChunk = 1 << 16;
+  std::string chunk;
+  for (bool found = false; start > 0 && !found;) {
+    const std::streamoff from = std::max<std::streamoff>(0, start - kChunk);
+    chunk.resize(static_cast<size_t>(start - from));
+    in.seekg(from);
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    if (!in) throw io::DataError(path + ": cannot read the --metrics file to append to it");
+    const size_t newline = chunk.rfind('\n');
+    found = newline != std::string::npos;
+    start = found ? from + static_cast<std::streamoff>(newline) + 1 : from;
+  }
+  constexpr std::streamoff kLongestRecord = 1 << 20;
+  if (size - start <= kLongestRecord) {
+    std::string last(static_cast<size_t>(size - start), '\0');
+    in.seekg(start);
+    in.read(last.data(), static_cast<std::streamsize>(last.size()));
+    if (in && nlohmann::json::parse(last, nullptr, false).is_object()) {
+      std::ofstream out(path, std::ios::binary | std::ios::app);
+      if (!(out << '\n' << std::flush)) throw io::DataError(path + ": cannot add the newline its last record lacks (--metrics)");
+      return "its last record lacked its newline; added it";
+    }
+  }
+  std::filesystem::resize_file(path, static_cast<uintmax_t>(start), ec);
   if (ec) throw io::DataError(path + ": cannot cut off the record cut short at its end (" + ec.message() + ") (--metrics)");
-  return true;
+  return "its last line was a record cut short by a failed write; removed it";
 }
 
 void say(const std::string& message) { engine::say(kProgram, message); }
@@ -434,8 +461,9 @@ int run_cli(int argc, const char* const* argv) {
     // Once everything that could refuse the run has been checked, so that a refusal is one line.
     if (o.backend == "auto" && !use_cuda)
       say("no CUDA device answers (" + probe.describe() + "); training on the CPU");
-    if (o.train.start_step > 0 && !metrics.empty() && standard_stream_of(metrics) == nullptr && drop_torn_last_line(metrics))
-      say("--metrics " + metrics + ": its last line was a record cut short by a failed write; removed it");
+    if (o.train.start_step > 0 && !metrics.empty() && standard_stream_of(metrics) == nullptr) {
+      if (const std::string mended = mend_last_line(metrics); !mended.empty()) say("--metrics " + metrics + ": " + mended);
+    }
 
     if (o.train.epochs == 0) {  // --epochs 0 --load FILE: evaluate only
       const double acc = static_cast<double>(backend->count_correct(data.test, o.train.batch_size)) /

@@ -429,23 +429,31 @@ TEST_F(Cli, ResumingACheckpointWithoutTheTestSetSizeTakesTheFlag) {
 }
 
 // A failed write (a full disk) can leave the metrics file's last record cut short: the resumed run cuts
-// that fragment off, says so, and appends whole records after the whole ones.
-TEST_F(Cli, ResumeCutsOffARecordCutShort) {
+// that fragment off (a long one too: the file's end is read back in 64 KiB pieces), says so, and appends
+// whole records after the whole ones. A last record that lacks only its newline keeps its place.
+TEST_F(Cli, ResumeMendsARecordCutShort) {
   const std::string ckpt = (dir_ / "c.safetensors").string(), metrics = (dir_ / "m.jsonl").string();
   const std::string common = "--backend cpu --quiet --batch-size 64 --train-limit 128 --test-limit 64 --metrics '" + metrics + "' ";
   ASSERT_EQ(run(common + "--epochs 1 --save '" + ckpt + "'").status, 0);
-  std::ofstream(metrics, std::ios::app) << "{\"epoch\": 2, \"train_lo";
-  // A resume refused for another reason leaves the file as it was: one line, nothing cut.
-  const std::string before = lenet::testing::slurp(metrics);
-  expect_usage_error(common + "--epochs 1 --resume '" + ckpt + "'", "raise --epochs");
-  EXPECT_EQ(lenet::testing::slurp(metrics), before);
-  const Result r = run(common + "--epochs 3 --resume '" + ckpt + "'");
-  EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(r.err, "lenet-train: --metrics " + metrics + ": its last line was a record cut short by a failed write; removed it\n");
-  std::ifstream in(metrics);
-  int epoch = 0;
-  for (std::string line; std::getline(in, line);) EXPECT_EQ(nlohmann::json::parse(line).at("epoch"), ++epoch) << line;
-  EXPECT_EQ(epoch, 3);
+  const std::string first = lenet::testing::slurp(metrics);
+  const std::string removed = "its last line was a record cut short by a failed write; removed it";
+  for (const auto& [content, said, records] : std::vector<std::tuple<std::string, std::string, int>>{
+           {first + "{\"epoch\": 2, \"train_lo", removed, 3},
+           {first + std::string(100000, 'x'), removed, 3},
+           {"{\"epo", removed, 2},  // the interrupted run's first record cut short
+           {first + "{\"epoch\": 2}", "its last record lacked its newline; added it", 4}}) {
+    std::ofstream(metrics, std::ios::trunc) << content;
+    // A resume refused for another reason leaves the file as it was: one line, nothing changed.
+    expect_usage_error(common + "--epochs 1 --resume '" + ckpt + "'", "raise --epochs");
+    EXPECT_EQ(lenet::testing::slurp(metrics), content);
+    const Result r = run(common + "--epochs 3 --resume '" + ckpt + "' --save '" + (dir_ / "later.safetensors").string() + "'");
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.err, "lenet-train: --metrics " + metrics + ": " + said + "\n");
+    std::ifstream in(metrics);
+    int lines = 0;
+    for (std::string line; std::getline(in, line); ++lines) EXPECT_TRUE(nlohmann::json::parse(line).contains("epoch")) << line;
+    EXPECT_EQ(lines, records) << content.substr(0, 200);
+  }
 }
 
 TEST_F(Cli, MetricsThatIsAHardLinkToTheCheckpointIsRefused) {
