@@ -53,7 +53,7 @@ class OneLineParser(argparse.ArgumentParser):
 def text(name):
     """A name from the files as matplotlib text: a '$' in it is a dollar, not the start of a formula (the
     axes' own labels, such as a log axis's 10^k, stay formulas)."""
-    return str(name).replace("$", r"\$")
+    return one_line(str(name)).replace("$", r"\$")
 
 
 def is_number(v):
@@ -338,7 +338,7 @@ def save(plt, fig, out_dir, name):
         raise PlotError(f"{path}: cannot draw ({e})", 1)
     finally:
         plt.close(fig)
-    print(f"wrote {one_line(path)}")
+    print(f"wrote {one_line(path)}", flush=True)
     return path
 
 
@@ -437,3 +437,10 @@ if __name__ == "__main__":
     except PlotError as e:
         say(str(e))
         sys.exit(e.status)
+    except KeyboardInterrupt:
+        say("interrupted")
+        sys.exit(130)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        say("stdout: write failed (Broken pipe): its reader has gone")
+        sys.exit(1)

@@ -711,12 +711,11 @@ def choose_devices(torch, args):
         n = args.num_gpus if args.num_gpus is not None else max(visible, 1)
         if cuda and n > visible:
             raise UsageError(f"--num-gpus {n}: only {visible} CUDA device(s) visible")
-    # Like the source text's try_gpu: without CUDA every requested device is the cpu.
-    gpus = [torch.device(f"cuda:{i}") if cuda else torch.device("cpu") for i in range(n)]
     r = args.replicas if args.replicas is not None else n
     if r > args.batch_size:
         raise UsageError(f"{r} replicas is more than --batch-size {args.batch_size}")
-    return [gpus[i % n] for i in range(r)]
+    # Like the source text's try_gpu: without CUDA every requested device is the cpu.
+    return [torch.device(f"cuda:{i % n}") if cuda else torch.device("cpu") for i in range(r)]
 
 
 def main(argv):
@@ -805,3 +804,6 @@ if __name__ == "__main__":
         fail(str(e), 1)
     except KeyboardInterrupt:
         fail("interrupted", 130)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        fail("stdout: write failed (Broken pipe): its reader has gone", 1)

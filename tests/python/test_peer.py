@@ -282,6 +282,7 @@ class PeerErrors(WithDataset):
             ["--lr", "inf"], ["--replicas", "0"], ["--replicas", "17", "--batch-size", "16"], ["--epochs", "0"],
             ["--num-gpus", "0"], ["--bogus"], ["--batch-size", "many"], ["--variant", "fast"],
             ["--train-limit", "0"], ["--lr", "1e39"], ["--lr", "1e-50"], ["--json", ""], ["--dump-params", ""],
+            ["--num-gpus", "1000000000"],  # refused before a list of that many devices is made
         ]
         for args in cases:
             with self.subTest(args=args):
@@ -317,6 +318,15 @@ class PeerErrors(WithDataset):
         # A newline or escape sequence in the name stays escaped on the one line, as lenet-train shows it.
         line = self.assert_one_line(run_peer("--data-dir", os.path.join(self.tmp.name, "no\nwhere\x1b[2J\x9b")), 1)
         self.assertIn("/no\\nwhere\\x1b[2J\\xc2\\x9b/train-images-idx3-ubyte", line)
+
+    @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+    def test_a_reader_that_has_gone_is_one_line(self):
+        p = subprocess.Popen([sys.executable, PEER, "--data-dir", self.data, "--epochs", "1", "--quiet"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+        p.stdout.close()  # before the peer writes its first line
+        err = p.stderr.read()
+        self.assertEqual(p.wait(timeout=600), 1, err)
+        self.assertEqual(err, "lenet_peer: stdout: write failed (Broken pipe): its reader has gone\n")
 
     @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
     def test_limit_above_the_data_set_is_a_usage_error(self):

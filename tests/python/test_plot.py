@@ -114,6 +114,15 @@ class PlotSample(unittest.TestCase):
                 self.assertIn(f"wrote {os.path.join(out, name)}", r.stdout)
             self.assertEqual(sorted(os.listdir(out)), ["accuracy.png", "seconds_per_epoch.png", "timeline.png"])
 
+    def test_a_reader_that_has_gone_is_one_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = subprocess.Popen([sys.executable, PLOT, "--out", d, SAMPLE], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            p.stdout.close()  # before plot.py writes its first "wrote" line
+            err = p.stderr.read()
+            self.assertEqual(p.wait(timeout=300), 1, err)
+            self.assertEqual(err, "plot.py: stdout: write failed (Broken pipe): its reader has gone\n")
+
     def test_each_plot_only_when_its_data_exists(self):
         with tempfile.TemporaryDirectory() as d:
             r = run_plot("--out", d, os.path.join(SAMPLE, "timeline-naive.json"),
