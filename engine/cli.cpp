@@ -461,7 +461,8 @@ int run_cli(int argc, const char* const* argv) {
     // Once everything that could refuse the run has been checked, so that a refusal is one line.
     if (o.backend == "auto" && !use_cuda)
       say("no CUDA device answers (" + probe.describe() + "); training on the CPU");
-    if (o.train.start_step > 0 && !metrics.empty() && standard_stream_of(metrics) == nullptr) {
+    // Also where stdout or stderr append to the file (`--metrics /dev/stdout >> m.jsonl`).
+    if (o.train.start_step > 0 && !metrics.empty()) {
       if (const std::string mended = mend_last_line(metrics); !mended.empty()) say("--metrics " + metrics + ": " + mended);
     }
 

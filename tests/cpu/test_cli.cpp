@@ -454,6 +454,15 @@ TEST_F(Cli, ResumeMendsARecordCutShort) {
     for (std::string line; std::getline(in, line); ++lines) EXPECT_TRUE(nlohmann::json::parse(line).contains("epoch")) << line;
     EXPECT_EQ(lines, records) << content.substr(0, 200);
   }
+  // The same where stdout appends to the file.
+  std::ofstream(metrics, std::ios::trunc) << first << "{\"epoch\": 2, \"train_lo";
+  const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_TRAIN_EXE "' --backend cpu --quiet --epochs 2 --resume " +
+                          quoted(ckpt) + " --save " + quoted((dir_ / "later.safetensors").string()) +
+                          " --metrics /dev/stdout >>" + quoted(metrics) + " 2>" + quoted((dir_ / "err").string());
+  const int raw = std::system(cmd.c_str());
+  EXPECT_TRUE(WIFEXITED(raw) && WEXITSTATUS(raw) == 0) << lenet::testing::slurp(dir_ / "err");
+  const std::string glued_not = first + "{\"backend\":";  // the new record on a line of its own
+  EXPECT_EQ(lenet::testing::slurp(metrics).substr(0, glued_not.size()), glued_not) << lenet::testing::slurp(metrics);
 }
 
 TEST_F(Cli, MetricsThatIsAHardLinkToTheCheckpointIsRefused) {
