@@ -251,8 +251,8 @@ std::string shell_word(const std::string& word) {
 }
 
 // The command that continues a stopped run: --resume and the flags given that the checkpoint does not
-// record (where the data is, also when LENET_DATA_DIR said it; which backend and mode; how many GPUs; where
-// the metrics and the display go). On the CPU --num-gpus only set the replica count, which the checkpoint
+// record (where the data is, always: LENET_DATA_DIR may say otherwise where the command is pasted; which
+// backend and mode; how many GPUs; where the metrics and the display go). On the CPU --num-gpus only set the replica count, which the checkpoint
 // records. Paths are absolute, so that the command works from any folder. Empty where a word holds a
 // control character: a message shows it escaped, and the command would no longer name the same file.
 std::string resume_command(const char* program, const CliOptions& o, bool cuda) {
@@ -269,8 +269,7 @@ std::string resume_command(const char* program, const CliOptions& o, bool cuda) 
   auto add = [&](bool given, const char* flag, const std::string& value) {
     if (given) command += std::string(" ") + flag + (value.empty() ? "" : " " + shell_word(value));
   };
-  const std::string data_dir = io::resolve_data_dir(o.data_dir);
-  add(data_dir != io::kDefaultDataDir, "--data-dir", absolute(data_dir));
+  add(true, "--data-dir", absolute(io::resolve_data_dir(o.data_dir)));
   add(o.backend != defaults.backend, "--backend", o.backend);
   add(o.mode != defaults.mode, "--mode", o.mode);
   add(cuda && o.num_gpus.has_value(), "--num-gpus", std::to_string(o.num_gpus.value_or(0)));
@@ -309,8 +308,9 @@ void apply_resume_state(CliOptions& o, const TrainingState& st) {
 
 // A metrics file that a failed write left with a record cut short ends without a newline: a resumed run
 // appending to it would glue its first record to that fragment. Only the file's end is read. A last line
-// that is a whole record (only its newline missing) gets its newline; any other is cut off (its epoch's
-// record is lost either way). Says what it did, or nothing.
+// that is a whole JSON object (only its newline missing) gets its newline; the start of one that does not
+// parse is cut off (its epoch's record is lost either way); anything else is not ours to cut, and the
+// run is refused. Says what it did, or nothing.
 std::string mend_last_line(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return "";
@@ -333,20 +333,24 @@ std::string mend_last_line(const std::string& path) {
     found = newline != std::string::npos;
     start = found ? from + static_cast<std::streamoff>(newline) + 1 : from;
   }
-  constexpr std::streamoff kLongestRecord = 1 << 20;
-  if (size - start <= kLongestRecord) {
-    std::string last(static_cast<size_t>(size - start), '\0');
-    in.seekg(start);
-    in.read(last.data(), static_cast<std::streamsize>(last.size()));
-    if (in && nlohmann::json::parse(last, nullptr, false).is_object()) {
-      std::ofstream out(path, std::ios::binary | std::ios::app);
-      if (!(out << '\n' << std::flush)) throw io::DataError(path + ": cannot add the newline its last record lacks (--metrics)");
-      return "its last record lacked its newline; added it";
-    }
+  // The records are a few hundred bytes; a longer last line is not one of them.
+  const auto refused = io::DataError(path + ": its last line, without a newline, is not a metrics record; end that line or "
+                                            "name another --metrics file");
+  if (size - start > (1 << 20)) throw refused;
+  std::string last(static_cast<size_t>(size - start), '\0');
+  in.seekg(start);
+  in.read(last.data(), static_cast<std::streamsize>(last.size()));
+  if (!in) throw io::DataError(path + ": cannot read the --metrics file to append to it");
+  const nlohmann::json parsed = nlohmann::json::parse(last, nullptr, false);
+  if (parsed.is_object()) {
+    std::ofstream out(path, std::ios::binary | std::ios::app);
+    if (!(out << '\n' << std::flush)) throw io::DataError(path + ": cannot add the newline its last record lacks (--metrics)");
+    return "its last record lacked its newline; added it";
   }
+  if (last[0] != '{' || !parsed.is_discarded()) throw refused;
   std::filesystem::resize_file(path, static_cast<uintmax_t>(start), ec);
   if (ec) throw io::DataError(path + ": cannot cut off the record cut short at its end (" + ec.message() + ") (--metrics)");
-  return "its last line was a record cut short by a failed write; removed it";
+  return "its last line was a record cut short (a failed write); removed it";
 }
 
 void say(const std::string& message) { engine::say(kProgram, message); }

@@ -436,10 +436,10 @@ TEST_F(Cli, ResumeMendsARecordCutShort) {
   const std::string common = "--backend cpu --quiet --batch-size 64 --train-limit 128 --test-limit 64 --metrics '" + metrics + "' ";
   ASSERT_EQ(run(common + "--epochs 1 --save '" + ckpt + "'").status, 0);
   const std::string first = lenet::testing::slurp(metrics);
-  const std::string removed = "its last line was a record cut short by a failed write; removed it";
+  const std::string removed = "its last line was a record cut short (a failed write); removed it";
   for (const auto& [content, said, records] : std::vector<std::tuple<std::string, std::string, int>>{
            {first + "{\"epoch\": 2, \"train_lo", removed, 3},
-           {first + std::string(100000, 'x'), removed, 3},
+           {first + "{" + std::string(100000, 'x'), removed, 3},
            {"{\"epo", removed, 2},  // the interrupted run's first record cut short
            {first + "{\"epoch\": 2}", "its last record lacked its newline; added it", 4}}) {
     std::ofstream(metrics, std::ios::trunc) << content;
@@ -453,6 +453,16 @@ TEST_F(Cli, ResumeMendsARecordCutShort) {
     int lines = 0;
     for (std::string line; std::getline(in, line); ++lines) EXPECT_TRUE(nlohmann::json::parse(line).contains("epoch")) << line;
     EXPECT_EQ(lines, records) << content.substr(0, 200);
+  }
+  // A last line without a newline that is not the start of a record is not ours to cut: refused, the
+  // file as it was.
+  for (const std::string& last : std::vector<std::string>{"[1, 2]", "42", "  ", std::string(100000, 'x'), "{" + std::string(1 << 20, 'x')}) {
+    std::ofstream(metrics, std::ios::trunc) << first << last;
+    const Result r = run(common + "--epochs 3 --resume '" + ckpt + "' --save '" + (dir_ / "later.safetensors").string() + "'");
+    EXPECT_EQ(r.status, 1) << last.substr(0, 20);
+    EXPECT_EQ(r.err, "lenet-train: error: " + metrics + ": its last line, without a newline, is not a metrics record; end that "
+                     "line or name another --metrics file\n") << last.substr(0, 20);
+    EXPECT_EQ(lenet::testing::slurp(metrics), first + last);
   }
   // The same where stdout appends to the file.
   std::ofstream(metrics, std::ios::trunc) << first << "{\"epoch\": 2, \"train_lo";
@@ -622,10 +632,12 @@ TEST_F(Cli, SignalLeavesALoadableCheckpoint) {
     const Result r = run("--backend cpu --quiet --epochs 3 --save '" + ckpt + "'", "",
                          " & pid=$!; sleep 3; kill -" + name + " $pid; wait $pid; exit $?");
     EXPECT_EQ(r.status, status) << r.err;
-    // (--data-dir between them where the test data is not in the default folder.)
-    EXPECT_NE(r.err.find("checkpoint written to " + ckpt + ", go on with: " LENET_TRAIN_EXE " --resume " + ckpt), std::string::npos)
+    // The data folder always (here the default one, or LENET_DATA_DIR's): LENET_DATA_DIR where the
+    // command is pasted must not change it.
+    EXPECT_NE(r.err.find("checkpoint written to " + ckpt + ", go on with: " LENET_TRAIN_EXE " --resume " + ckpt +
+                         " --data-dir " + fs::absolute(LENET_TEST_DATA_DIR).string() + " --backend cpu --quiet\n"),
+              std::string::npos)
         << r.err;
-    EXPECT_NE(r.err.find(" --backend cpu --quiet\n"), std::string::npos) << r.err;
     const lenet::engine::Checkpoint c = lenet::engine::load_checkpoint(ckpt);
     ASSERT_TRUE(c.state.has_value());
     EXPECT_GT(c.state->step, 0u);
