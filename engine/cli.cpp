@@ -36,8 +36,9 @@ namespace {
 constexpr const char* kProgram = "lenet-train";
 
 std::string version_text() {
+  const std::string kernels = model::gemm_kernels();
   return std::string(kProgram) + " " + LENET_VERSION + " (" + cuda_library_versions() + "; CPU GEMM " +
-         model::gemm_backend_name() + ")";
+         model::gemm_backend_name() + (kernels.empty() ? "" : ", " + kernels + " kernels") + ")";
 }
 
 void validate(const CliOptions& o) {
@@ -114,14 +115,17 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   long long train_limit = 0, test_limit = 0;
   std::string seed = std::to_string(o.train.seed);
   app.add_option("--num-gpus", num_gpus, "Use GPUs 0..N-1 (default: all visible). On the CPU backend: the default --replicas")
-      ->check(Decimal);
+      ->check(decimal<int>());
   app.add_option("--replicas", replicas, "Data-parallel replicas (default: the number of GPUs used; on the CPU, --num-gpus or 1)")
-      ->check(Decimal);
+      ->check(decimal<int>());
   app.add_option("--batch-size", o.train.batch_size, "Global minibatch size, split over the replicas")
-      ->check(Decimal)
+      ->check(decimal<int>())
       ->capture_default_str();
   app.add_option("--lr", o.train.lr, "SGD learning rate")->capture_default_str();
-  app.add_option("--epochs", o.train.epochs, "Passes over the training set")->check(Decimal)->capture_default_str();
+  app.add_option("--epochs", o.train.epochs,
+                 "Passes over the training set (with --resume, in all; default: the interrupted run's)")
+      ->check(decimal<int>())
+      ->capture_default_str();
   app.add_option("--backend", o.backend, "auto: CUDA when a device answers, else the CPU")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str();
   app.add_option("--mode", o.mode, "CUDA mode: naive (the textbook algorithm) or graph (CUDA graphs, ring allreduce)")
@@ -161,7 +165,9 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
     throw UsageError(std::string(e.what()) + " (see --help)");
   }
   if (const std::string flag = option_with_empty_value(app); !flag.empty()) throw UsageError(flag + ": empty value");
-  if (!parse_u64(seed, o.train.seed)) throw UsageError("--seed " + seed + ": " + kU64Rule);
+  // A sign '+' as the other integer flags take it (decimal<T>); the checkpoint's digits take none.
+  if (!parse_u64(seed.rfind('+', 0) == 0 ? seed.substr(1) : seed, o.train.seed))
+    throw UsageError("--seed " + seed + ": " + kU64Rule);
   if (app.count("--num-gpus")) o.num_gpus = num_gpus;
   o.epochs_given = app.count("--epochs") > 0;
   o.seed_given = app.count("--seed") > 0;

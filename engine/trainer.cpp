@@ -27,6 +27,15 @@ std::string fixed(double x, int digits) {
   return buf;
 }
 
+// A loss to 4 decimals, or in scientific notation from 1e6 on (a run with too large an lr reaches 1e33
+// without diverging: 34 digits before the point would say nothing more).
+std::string loss_text(double x) {
+  if (!(std::fabs(x) >= 1e6)) return fixed(x, 4);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4e", x);
+  return buf;
+}
+
 // A live line on a terminal (redrawn at most 4 times a second), plain per-epoch lines otherwise.
 class Progress {
  public:
@@ -56,7 +65,7 @@ class Progress {
     const std::string clear = line_open_ ? "\r\x1b[2K" : "";
     line_open_ = false;
     write(clear + "epoch " + std::to_string(m.epoch) + "/" + std::to_string(epochs_) + ": train loss " +
-          fixed(m.train_loss, 4) + ", train acc " + fixed(m.train_acc, 3) + ", test acc " + fixed(m.test_acc, 3) + ", " +
+          loss_text(m.train_loss) + ", train acc " + fixed(m.train_acc, 3) + ", test acc " + fixed(m.test_acc, 3) + ", " +
           three_significant(m.epoch_seconds) + " s (" + fixed(m.examples_per_second, 0) + " examples/s)\n");
   }
 

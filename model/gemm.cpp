@@ -9,6 +9,7 @@
 // OpenBLAS's, declared here: the cblas.h found may be another BLAS's (Debian's alternatives), while the
 // library linked is OpenBLAS by name.
 extern "C" void openblas_set_num_threads(int);
+extern "C" char* openblas_get_corename(void);
 #endif
 
 namespace lenet::model {
@@ -153,6 +154,17 @@ void gemm<double>(bool ta, bool tb, int m, int n, int k, double alpha, const dou
 }
 void gemm_single_threaded() { openblas_set_num_threads(1); }
 const char* gemm_backend_name() { return "openblas"; }
+const char* gemm_kernels() { return openblas_get_corename(); }
+const char* better_gemm_kernels_here() {
+#if defined(__x86_64__) || defined(__i386__)
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vl");
+  return better_gemm_kernels(gemm_kernels(), avx512, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+#else
+  return nullptr;
+#endif
+}
 #else
 template <typename T>
 void gemm(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb, T beta, T* c,
@@ -164,7 +176,14 @@ template void gemm<double>(bool, bool, int, int, int, double, const double*, int
                            int);
 void gemm_single_threaded() {}
 const char* gemm_backend_name() { return "portable"; }
+const char* gemm_kernels() { return ""; }
+const char* better_gemm_kernels_here() { return nullptr; }
 #endif
+
+const char* better_gemm_kernels(std::string_view chosen, bool avx512, bool avx2_fma) {
+  if (chosen != "Prescott") return nullptr;
+  return avx512 ? "SkylakeX" : avx2_fma ? "Haswell" : nullptr;
+}
 
 template void gemm_portable<float>(bool, bool, int, int, int, float, const float*, int, const float*, int, float,
                                    float*, int);

@@ -2,6 +2,8 @@
 // transposes when asked. OpenBLAS when the build found it, else a portable GEMM.
 #pragma once
 
+#include <string_view>
+
 namespace lenet::model {
 
 template <typename T>
@@ -20,5 +22,19 @@ void gemm_single_threaded();
 
 // "openblas" or "portable".
 const char* gemm_backend_name();
+
+// OpenBLAS's name for the kernels it chose for this CPU ("Haswell", "SkylakeX", ...); empty for the
+// portable GEMM.
+const char* gemm_kernels();
+
+// The OpenBLAS kernels to ask for (OPENBLAS_CORETYPE) instead of those named `chosen`, or nullptr to keep
+// them. OpenBLAS takes its generic "Prescott" kernels (SSE3) on an x86 CPU it does not know, such as
+// Debian 12's OpenBLAS 0.3.21 on Intel Xeons newer than it: 2.8x slower there than its "SkylakeX" kernels
+// (profiling/results/2026-12-01-cpu-2core-openblas-kernels/). Those need AVX-512 F, CD, BW, DQ and VL;
+// "Haswell" needs AVX2 and FMA.
+const char* better_gemm_kernels(std::string_view chosen, bool avx512, bool avx2_fma);
+
+// better_gemm_kernels for the OpenBLAS linked and this CPU (nullptr with the portable GEMM).
+const char* better_gemm_kernels_here();
 
 }  // namespace lenet::model

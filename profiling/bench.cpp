@@ -22,6 +22,7 @@
 #include "engine/cuda_naive_backend.hpp"
 #include "engine/cuda_probe.hpp"
 #include "engine/cuda_ring.hpp"
+#include "engine/gemm_kernels.hpp"
 #include "engine/cli_checks.hpp"
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
@@ -320,6 +321,7 @@ nlohmann::json project(const io::FashionMnist& data, const Options& o, double me
 }  // namespace
 
 int main(int argc, char** argv) {
+  engine::use_gemm_kernels_fitting_this_cpu(argv);
   engine::prepare_output();
   Options o;
   CLI::App app{"lenet-bench: naive and graph modes (and the CPU backend) side by side, with CUPTI counts", "lenet-bench"};

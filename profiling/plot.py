@@ -323,8 +323,8 @@ def pyplot():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as e:
-        raise PlotError(f"matplotlib is not importable ({e}); install it, e.g. `apt-get install python3-matplotlib`",
-                        1)
+        raise PlotError(f"matplotlib is not importable by {sys.executable} ({e}); install it for that Python "
+                        "(Debian's /usr/bin/python3: `apt-get install python3-matplotlib`)", 1)
     return plt
 
 

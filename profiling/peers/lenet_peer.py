@@ -724,7 +724,8 @@ def main(argv):
         import torch
         import torch.nn.functional as F
     except ImportError as e:
-        raise DataError(f"PyTorch is not importable ({e}); install it, e.g. `apt-get install python3-torch`")
+        raise DataError(f"PyTorch is not importable by {sys.executable} ({e}); install it for that Python "
+                        "(Debian's /usr/bin/python3: `apt-get install python3-torch`)")
     devices = choose_devices(torch, args)
     if any(d.type == "cuda" for d in devices):
         # Full fp32 arithmetic, as lenet-train's cuDNN and cuBLAS calls use (no TF32), so the comparison is

@@ -25,6 +25,7 @@
 #include "engine/output_file.hpp"
 #include "io/dataset.hpp"
 #include "io/idx.hpp"
+#include "model/gemm.hpp"
 #include "model/lenet.hpp"
 
 namespace {
@@ -71,6 +72,8 @@ TEST_F(Cli, UsageErrorsExit2WithOneLine) {
   expect_usage_error("--batch-size 0x10", "--batch-size: 0x10 is not a decimal integer");
   expect_usage_error("--replicas 1e3", "--replicas: 1e3 is not a decimal integer");
   expect_usage_error("--train-limit 18446744073709551615", "--train-limit: 18446744073709551615 is out of range");
+  expect_usage_error("--batch-size 4294967297", "--batch-size: 4294967297 is out of range (at most 2147483647)");
+  expect_usage_error("--epochs -2147483649", "--epochs: -2147483649 is out of range (at least -2147483648)");
   // A learning rate that float32 rounds to 0 or to infinity.
   expect_usage_error("--lr 1e-50", "--lr 1e-50: must be a number that rounds to a finite float32 above 0");
   expect_usage_error("--lr 1e39", "--lr 1e+39: must be a number that rounds to a finite float32 above 0");
@@ -105,6 +108,24 @@ TEST_F(Cli, HelpAndVersionExit0) {
   r = run("--version");
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.out.find("lenet-train"), std::string::npos) << r.out;
+}
+
+// lenet-train (and lenet-bench, the same way) runs the OpenBLAS kernels this CPU runs best where OpenBLAS
+// took its generic ones, unless OPENBLAS_CORETYPE says which to take. What OpenBLAS takes by itself is what
+// it took in this test, started without OPENBLAS_CORETYPE.
+TEST_F(Cli, VersionNamesTheGemmKernelsFittingThisCpu) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) GTEST_SKIP() << "OPENBLAS_CORETYPE is set for this test";
+  const std::string own = lenet::model::gemm_kernels();
+  if (own.empty()) {
+    EXPECT_NE(run("--version").out.find("CPU GEMM portable)"), std::string::npos);
+    return;
+  }
+  const char* better = lenet::model::better_gemm_kernels_here();
+  Result r = run("--version");
+  EXPECT_NE(r.out.find(std::string("CPU GEMM openblas, ") + (better ? better : own.c_str()) + " kernels)"),
+            std::string::npos) << r.out;
+  r = run("--version", "export OPENBLAS_CORETYPE=Prescott; ");
+  EXPECT_NE(r.out.find("CPU GEMM openblas, Prescott kernels)"), std::string::npos) << r.out;
 }
 
 TEST_F(Cli, MissingDataExits1AndSaysHowToGetIt) {
@@ -302,7 +323,7 @@ TEST_F(Cli, RunPrintsFinalLineAndWritesMetrics) {
   const fs::path metrics = dir_ / "m.jsonl";
   std::ofstream(metrics) << "an older run's record, which a new run replaces\n";
   const Result r = run("--backend cpu --num-gpus 2 --epochs 2 --batch-size 64 --train-limit 300 --test-limit 100 "
-                       "--seed 17 --metrics '" + metrics.string() + "'");
+                       "--seed +17 --metrics '" + metrics.string() + "'");  // '+': as every integer flag takes it
   ASSERT_EQ(r.status, 0) << r.err;
   // The source text's line: accuracy to 2 decimals, seconds to 3 significant digits, the devices.
   const std::regex final_line(R"(test acc: [01]\.\d\d, [0-9.]+ sec/epoch on \[cpu, cpu\]\n)");
@@ -342,6 +363,13 @@ TEST_F(Cli, QuietSilencesProgress) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err.find("epoch 1/1"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("sec/epoch on [cpu]"), std::string::npos) << r.out;
+}
+
+// Too large an lr without divergence: an epoch's loss of about 1e28, shown as such rather than in 29 digits.
+TEST_F(Cli, LossesFromAMillionOnAreInScientificNotation) {
+  const Result r = run("--backend cpu --lr 50 --epochs 1 --train-limit 2560 --test-limit 64");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(epoch 1/1: train loss [1-9]\.\d{4}e\+\d\d, )"))) << r.err;
 }
 
 TEST_F(Cli, SaveResumeEqualsUninterruptedAndLoadEvaluates) {

@@ -308,6 +308,16 @@ TEST(Gemm, LeadingDimensionsWiderThanTheOperands) {
     }
 }
 
+// OpenBLAS's generic kernels, which it takes on a CPU it does not know, give way to the best of its x86
+// kernels that the CPU runs; kernels it chose for a CPU it knows are kept.
+TEST(Gemm, GenericOpenBlasKernelsGiveWayToThoseTheCpuRuns) {
+  EXPECT_STREQ(better_gemm_kernels("Prescott", true, true), "SkylakeX");
+  EXPECT_STREQ(better_gemm_kernels("Prescott", false, true), "Haswell");
+  EXPECT_EQ(better_gemm_kernels("Prescott", false, false), nullptr);
+  for (const char* known : {"Haswell", "SkylakeX", "Zen", "Sandybridge", "Cooperlake", ""})
+    EXPECT_EQ(better_gemm_kernels(known, true, true), nullptr) << known;
+}
+
 TEST(Model, LayoutMatchesTheArchitectureTable) {
   const auto& s = tensor_specs();
   EXPECT_EQ(s[kConv1W].size, 180u);
