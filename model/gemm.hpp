@@ -29,8 +29,8 @@ const char* gemm_kernels();
 
 // The OpenBLAS kernels to ask for (OPENBLAS_CORETYPE) instead of those named `chosen`, or nullptr to keep
 // them. OpenBLAS takes its generic "Prescott" kernels (SSE3) on an x86 CPU it does not know, such as
-// Debian 12's OpenBLAS 0.3.21 on Intel Xeons newer than it: 2.8x slower there than its "SkylakeX" kernels
-// (profiling/results/2026-12-01-cpu-2core-openblas-kernels/). Those need AVX-512 F, CD, BW, DQ and VL;
+// Debian 12's OpenBLAS 0.3.21 on Intel Xeons newer than it: 3.2x to 4.6x slower there than its "SkylakeX"
+// kernels (profiling/results/2026-12-01-cpu-2core-openblas-kernels/). Those need AVX-512 F, CD, BW, DQ and VL;
 // "Haswell" needs AVX2 and FMA.
 const char* better_gemm_kernels(std::string_view chosen, bool avx512, bool avx2_fma);
 
