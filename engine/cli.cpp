@@ -43,17 +43,14 @@ std::string version_text() {
 
 void validate(const CliOptions& o) {
   const TrainOptions& t = o.train;
-  if (t.batch_size < 1) throw UsageError("--batch-size " + std::to_string(t.batch_size) + ": must be at least 1");
   if (!float32_positive(t.lr)) throw UsageError("--lr " + format_double(t.lr) + ": " + kFloat32PositiveRule);
-  if (t.epochs < 0 || (t.epochs == 0 && o.load_path.empty()))
-    throw UsageError("--epochs " + std::to_string(t.epochs) + ": must be at least 1 (0 only with --load, to evaluate)");
+  if (t.epochs == 0 && o.load_path.empty())  // a negative count is the flag's range error
+    throw UsageError("--epochs 0: must be at least 1 (0 only with --load, to evaluate)");
   if (!o.load_path.empty() && !o.resume_path.empty()) throw UsageError("--load and --resume: give one of them");
   if (t.epochs == 0) {
     if (!o.save_path.empty()) throw UsageError("--save: nothing to save with --epochs 0 (evaluation only)");
     if (!t.metrics_path.empty()) throw UsageError("--metrics: no epochs to record with --epochs 0 (evaluation only)");
   }
-  if (o.num_gpus && *o.num_gpus < 1) throw UsageError("--num-gpus " + std::to_string(*o.num_gpus) + ": must be at least 1");
-  if (o.replicas && *o.replicas < 1) throw UsageError("--replicas " + std::to_string(*o.replicas) + ": must be at least 1");
   if (o.replicas && *o.replicas > t.batch_size) {
     throw UsageError("--replicas " + std::to_string(*o.replicas) + " is larger than --batch-size " +
                      std::to_string(t.batch_size) + ": every replica needs a row of a full minibatch");
@@ -115,16 +112,16 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   long long train_limit = 0, test_limit = 0;
   std::string seed = std::to_string(o.train.seed);
   app.add_option("--num-gpus", num_gpus, "Use GPUs 0..N-1 (default: all visible). On the CPU backend: the default --replicas")
-      ->check(decimal<int>());
+      ->check(decimal(1));
   app.add_option("--replicas", replicas, "Data-parallel replicas (default: the number of GPUs used; on the CPU, --num-gpus or 1)")
-      ->check(decimal<int>());
+      ->check(decimal(1));
   app.add_option("--batch-size", o.train.batch_size, "Global minibatch size, split over the replicas")
-      ->check(decimal<int>())
+      ->check(decimal(1))
       ->capture_default_str();
   app.add_option("--lr", o.train.lr, "SGD learning rate")->capture_default_str();
   app.add_option("--epochs", o.train.epochs,
                  "Passes over the training set (with --resume, in all; default: the interrupted run's)")
-      ->check(decimal<int>())
+      ->check(decimal(0))
       ->capture_default_str();
   app.add_option("--backend", o.backend, "auto: CUDA when a device answers, else the CPU")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str();
@@ -136,8 +133,8 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   app.add_option("--data-dir", o.data_dir, std::string("Fashion-MNIST folder (default: $LENET_DATA_DIR, else ") +
                                                io::kDefaultDataDir + ")")
       ->type_name("DIR");
-  app.add_option("--train-limit", train_limit, "Use only the first N training examples")->check(Decimal);
-  app.add_option("--test-limit", test_limit, "Use only the first N test examples")->check(Decimal);
+  app.add_option("--train-limit", train_limit, "Use only the first N training examples")->check(decimal(1LL));
+  app.add_option("--test-limit", test_limit, "Use only the first N test examples")->check(decimal(1LL));
   app.add_option("--metrics", o.train.metrics_path, "Write one JSON object per epoch to FILE (JSON Lines)")->type_name("FILE");
   app.add_flag("--quiet", o.train.quiet, "No progress display");
   app.add_option("--save", o.save_path, "Write the parameters and training state to FILE (safetensors) after every epoch")
@@ -165,17 +162,13 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
     throw UsageError(std::string(e.what()) + " (see --help)");
   }
   if (const std::string flag = option_with_empty_value(app); !flag.empty()) throw UsageError(flag + ": empty value");
-  // A sign '+' as the other integer flags take it (decimal<T>); the checkpoint's digits take none.
-  if (!parse_u64(seed.rfind('+', 0) == 0 ? seed.substr(1) : seed, o.train.seed))
-    throw UsageError("--seed " + seed + ": " + kU64Rule);
+  if (!parse_seed(seed, o.train.seed)) throw UsageError("--seed " + seed + ": " + kU64Rule);
   if (app.count("--num-gpus")) o.num_gpus = num_gpus;
   o.epochs_given = app.count("--epochs") > 0;
   o.seed_given = app.count("--seed") > 0;
   o.lr_given = app.count("--lr") > 0;
   o.batch_given = app.count("--batch-size") > 0;
   if (app.count("--replicas")) o.replicas = replicas;
-  if (app.count("--train-limit") && train_limit < 1) throw UsageError("--train-limit " + std::to_string(train_limit) + ": must be at least 1");
-  if (app.count("--test-limit") && test_limit < 1) throw UsageError("--test-limit " + std::to_string(test_limit) + ": must be at least 1");
   o.train_limit = static_cast<size_t>(train_limit);
   o.test_limit = static_cast<size_t>(test_limit);
   validate(o);

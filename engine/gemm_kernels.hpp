@@ -1,8 +1,10 @@
 // The CPU GEMM's kernels fitted to this CPU, for the programs' main().
 #pragma once
 
+#include <sys/auxv.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdlib>
 
 #include "model/gemm.hpp"
@@ -17,9 +19,16 @@ namespace lenet::engine {
 // nothing to do or the program cannot be started again; the run goes on with the kernels it has.
 inline void use_gemm_kernels_fitting_this_cpu(char** argv) {
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  // Started by the dynamic loader as a program (`ld.so lenet-train ...`), the process's file is the loader:
+  // the kernel gave no interpreter, so AT_BASE is 0.
+  if (::getauxval(AT_BASE) == 0) return;
   const char* kernels = model::better_gemm_kernels_here();
-  if (kernels == nullptr || ::setenv("OPENBLAS_CORETYPE", kernels, 1) != 0) return;
-  ::execv("/proc/self/exe", argv);
+  // The program's own path, not /proc/self/exe: the process takes its name (ps, pkill) from the file.
+  char self[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (kernels == nullptr || n <= 0 || ::setenv("OPENBLAS_CORETYPE", kernels, 1) != 0) return;
+  self[n] = '\0';
+  ::execv(self, argv);
   ::unsetenv("OPENBLAS_CORETYPE");
 }
 

@@ -23,6 +23,9 @@ inline bool parse_u64(const std::string& s, uint64_t& v) {
 }
 inline constexpr const char* kU64Rule = "must be an integer from 0 to 2^64-1 in decimal digits without a leading zero";
 
+// A --seed value: parse_u64 after an optional '+', as the integer flags take one (cli_checks.hpp).
+inline bool parse_seed(const std::string& s, uint64_t& v) { return parse_u64(s.rfind('+', 0) == 0 ? s.substr(1) : s, v); }
+
 // A learning rate the float32 arithmetic keeps: > 0 after rounding to float32 and finite (a smaller one
 // would train nothing, a larger one overflow; NaN fails both comparisons). Rounding to nearest, ties to
 // even: 2^-150, half the smallest float, rounds to 0 and anything above it to at least that float;

@@ -328,28 +328,28 @@ int main(int argc, char** argv) {
   app.add_option("--modes", o.modes, "Any of naive, graph, cpu")
       ->delimiter(',')->check(CLI::IsMember({"naive", "graph", "cpu"}))->capture_default_str();
   app.add_option("--replicas", o.replicas, "Replica counts, e.g. 1,2,4")
-      ->delimiter(',')->check(engine::Decimal)->check(CLI::Range(1, 64))->capture_default_str();
+      ->delimiter(',')->check(engine::decimal(1, 64))->capture_default_str();
   app.add_option("--batch-size", o.batch_size, "Global minibatch size")
-      ->check(engine::Decimal)->check(CLI::Range(1, 1 << 20))->capture_default_str();
+      ->check(engine::decimal(1, 1 << 20))->capture_default_str();
   app.add_option("--lr", o.lr, "SGD learning rate (> 0, a float32)")->capture_default_str();
   app.add_option("--epochs", o.timed_epochs,
                  "Timed epochs per configuration, after one warm-up epoch (a row's \"epochs\" counts every epoch trained)")
-      ->check(engine::Decimal)->check(CLI::Range(1, 1000))->capture_default_str();
+      ->check(engine::decimal(1, 1000))->capture_default_str();
   app.add_option("--seed", o.seed_text, "Seed of the parameters and the shuffles (0..2^64-1)")
       ->capture_default_str()->type_name("INT");
   app.add_option("--num-gpus", o.num_gpus, "GPUs 0..N-1 to place replicas on (default: all visible)")
-      ->check(engine::Decimal)->check(CLI::Range(1, 64));
+      ->check(engine::decimal(1, 64));
   app.add_option("--data-dir", o.data_dir, std::string("Fashion-MNIST folder (default: $LENET_DATA_DIR, else ") +
                                                io::kDefaultDataDir + ")")->type_name("DIR");
   app.add_option("--train-limit", o.train_limit, "First N training examples")
-      ->check(engine::Decimal)->check(CLI::Range(1LL, 60000LL));
+      ->check(engine::decimal(1LL, 60000LL));
   app.add_option("--test-limit", o.test_limit, "First N test examples")
-      ->check(engine::Decimal)->check(CLI::Range(1LL, 10000LL));
+      ->check(engine::decimal(1LL, 10000LL));
   app.add_option("--json", o.json_path, "Write the results as JSON to FILE, and each traced configuration's per-step "
                                         "timeline beside it (timeline-MODE-rR.json; not for a pipe or device)")->type_name("FILE");
   app.add_option("--markdown", o.markdown_path, "Write the tables as Markdown to FILE")->type_name("FILE");
   app.add_option("--allreduce-replicas", o.allreduce_replicas, "Replica counts of the allreduce sweep")
-      ->delimiter(',')->check(engine::Decimal)->check(CLI::Range(2, 64))->capture_default_str();
+      ->delimiter(',')->check(engine::decimal(2, 64))->capture_default_str();
   app.add_flag("--no-allreduce", o.no_allreduce, "Skip the allreduce sweep");
   app.add_flag("--no-projection", o.no_projection, "Skip the multi-GPU projection");
   app.add_flag("--no-trace", o.no_trace, "No CUPTI epoch (kernel, idle, launch and allreduce columns stay empty)");
@@ -380,7 +380,7 @@ int main(int argc, char** argv) {
   for (auto it = o.peers.begin(); it != o.peers.end();)
     it = std::any_of(o.peers.begin(), it, [&](const std::string& p) { return engine::same_file(p, *it); }) ? o.peers.erase(it)
                                                                                                       : it + 1;
-  if (!engine::parse_u64(o.seed_text, o.seed)) {
+  if (!engine::parse_seed(o.seed_text, o.seed)) {
     say("--seed " + o.seed_text + ": " + engine::kU64Rule);
     return 2;
   }

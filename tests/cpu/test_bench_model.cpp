@@ -278,6 +278,11 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
       << lenet::testing::slurp(dir_ / "err");
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --replicas 1,010"), 2);
   EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("--replicas: 010 is not a decimal integer"), std::string::npos);
+  // The flag's own range, also beyond the type's (where CLI11 would only say "could not convert").
+  EXPECT_EQ(run_bench("--replicas 1,-99999999999999999999"), 2);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --replicas: -99999999999999999999 is out of range (1 to 64) (see --help)\n");
+  EXPECT_EQ(run_bench("--replicas 65"), 2);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --replicas: 65 is out of range (1 to 64) (see --help)\n");
 
   BenchRow peer;
   peer.name = "pytorch-textbook R=1";
@@ -292,7 +297,7 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   peer.seconds_per_epoch = 22.0;
   std::ofstream(dir_ / "peer.json") << to_json(peer).dump();
   // The same file under two names is one row; the lr in the table's heading is the run's, unrounded.
-  ASSERT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --lr 0.2000001 --peers '" +
+  ASSERT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --seed +1 --lr 0.2000001 --peers '" +
                       (dir_ / "peer.json").string() + "' '" + (dir_ / "." / "peer.json").string() + "'"),
             0)
       << lenet::testing::slurp(dir_ / "err");

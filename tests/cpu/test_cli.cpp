@@ -49,7 +49,7 @@ std::string once_training(const std::string& metrics) {
 
 TEST_F(Cli, UsageErrorsExit2WithOneLine) {
   expect_usage_error("--no-such-flag", "--no-such-flag");
-  expect_usage_error("--batch-size 0", "--batch-size 0: must be at least 1");
+  expect_usage_error("--batch-size 0", "--batch-size: 0 is out of range (1 to 2147483647)");
   expect_usage_error("--batch-size abc", "--batch-size");
   expect_usage_error("--lr 0", "--lr");
   expect_usage_error("--lr -0.1", "--lr");
@@ -72,8 +72,9 @@ TEST_F(Cli, UsageErrorsExit2WithOneLine) {
   expect_usage_error("--batch-size 0x10", "--batch-size: 0x10 is not a decimal integer");
   expect_usage_error("--replicas 1e3", "--replicas: 1e3 is not a decimal integer");
   expect_usage_error("--train-limit 18446744073709551615", "--train-limit: 18446744073709551615 is out of range");
-  expect_usage_error("--batch-size 4294967297", "--batch-size: 4294967297 is out of range (at most 2147483647)");
-  expect_usage_error("--epochs -2147483649", "--epochs: -2147483649 is out of range (at least -2147483648)");
+  expect_usage_error("--batch-size 4294967297", "--batch-size: 4294967297 is out of range (1 to 2147483647)");
+  expect_usage_error("--epochs -2147483649", "--epochs: -2147483649 is out of range (0 to 2147483647)");
+  expect_usage_error("--epochs -1", "--epochs: -1 is out of range (0 to 2147483647)");
   // A learning rate that float32 rounds to 0 or to infinity.
   expect_usage_error("--lr 1e-50", "--lr 1e-50: must be a number that rounds to a finite float32 above 0");
   expect_usage_error("--lr 1e39", "--lr 1e+39: must be a number that rounds to a finite float32 above 0");
@@ -113,7 +114,7 @@ TEST_F(Cli, HelpAndVersionExit0) {
 // lenet-train (and lenet-bench, the same way) runs the OpenBLAS kernels this CPU runs best where OpenBLAS
 // took its generic ones, unless OPENBLAS_CORETYPE says which to take. What OpenBLAS takes by itself is what
 // it took in this test, started without OPENBLAS_CORETYPE.
-TEST_F(Cli, VersionNamesTheGemmKernelsFittingThisCpu) {
+TEST_F(Cli, StartsAgainWithTheGemmKernelsFittingThisCpu) {
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) GTEST_SKIP() << "OPENBLAS_CORETYPE is set for this test";
   const std::string own = lenet::model::gemm_kernels();
   if (own.empty()) {
@@ -126,6 +127,21 @@ TEST_F(Cli, VersionNamesTheGemmKernelsFittingThisCpu) {
             std::string::npos) << r.out;
   r = run("--version", "export OPENBLAS_CORETYPE=Prescott; ");
   EXPECT_NE(r.out.find("CPU GEMM openblas, Prescott kernels)"), std::string::npos) << r.out;
+  // Started again, the process keeps its name, which ps and pkill go by (not "exe", the name of the link
+  // /proc/self/exe), and, started by the dynamic loader, it keeps its arguments (the loader's file is not
+  // the program to start again).
+  const std::string metrics = (dir_ / "m.jsonl").string(), comm = (dir_ / "comm").string();
+  r = run("--backend cpu --quiet --train-limit 3000 --batch-size 3000 --test-limit 100 --epochs 100 --metrics " + quoted(metrics),
+          "", once_training(metrics) + "cat /proc/$pid/comm > " + quoted(comm) + "; kill -TERM $pid; wait $pid; exit $?");
+  EXPECT_EQ(r.status, 143) << r.err;
+  EXPECT_EQ(lenet::testing::slurp(comm), "lenet-train\n");
+  const std::string loader = "/lib64/ld-linux-x86-64.so.2";
+  if (fs::exists(loader)) {
+    const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' " + loader + " '" LENET_TRAIN_EXE "' --backend cpu "
+                            "--quiet --train-limit 100 --test-limit 100 --epochs 1 >/dev/null 2>" + quoted((dir_ / "err").string());
+    const int raw = std::system(cmd.c_str());
+    EXPECT_TRUE(WIFEXITED(raw) && WEXITSTATUS(raw) == 0) << lenet::testing::slurp(dir_ / "err");
+  }
 }
 
 TEST_F(Cli, MissingDataExits1AndSaysHowToGetIt) {
