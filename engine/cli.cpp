@@ -251,9 +251,10 @@ std::string shell_word(const std::string& word) {
 
 // The command that continues a stopped run: --resume and the flags given that the checkpoint does not
 // record (where the data is, always: LENET_DATA_DIR may say otherwise where the command is pasted; which
-// backend and mode; how many GPUs; where the metrics and the display go). On the CPU --num-gpus only set the replica count, which the checkpoint
-// records. Paths are absolute, so that the command works from any folder. Empty where a word holds a
-// control character: a message shows it escaped, and the command would no longer name the same file.
+// backend and mode; how many GPUs; where the metrics and the display go). On the CPU --num-gpus only set
+// the replica count, which the checkpoint records. Paths are absolute, so that the command works from any
+// folder. Empty where a word holds a control character: a message shows it escaped, and the command would
+// no longer name the same file.
 std::string resume_command(const char* program, const CliOptions& o, bool cuda) {
   const CliOptions defaults;
   auto absolute = [](const std::string& path) {
@@ -319,27 +320,25 @@ std::string mend_last_line(const std::string& path) {
   if (size <= 0) return "";
   in.seekg(size - 1);
   if (in.get() == '\n') return "";
-  std::streamoff start = size - 1;  // of the last line: after the last newline, else the file's start
+  // The last line, read backwards in pieces; the records are a few hundred bytes, so the reading stops
+  // past 1 MiB: a longer last line is not one of them.
   constexpr std::streamoff kChunk = 1 << 16;
-  std::string chunk;
-  for (bool found = false; start > 0 && !found;) {
-    const std::streamoff from = std::max<std::streamoff>(0, start - kChunk);
-    chunk.resize(static_cast<size_t>(start - from));
+  constexpr size_t kMost = 1 << 20;
+  std::string last;
+  for (std::streamoff end = size; end > 0 && last.size() <= kMost;) {
+    const std::streamoff from = std::max<std::streamoff>(0, end - kChunk);
+    std::string chunk(static_cast<size_t>(end - from), '\0');
     in.seekg(from);
     in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
     if (!in) throw io::DataError(path + ": cannot read the --metrics file to append to it");
     const size_t newline = chunk.rfind('\n');
-    found = newline != std::string::npos;
-    start = found ? from + static_cast<std::streamoff>(newline) + 1 : from;
+    last.insert(0, newline == std::string::npos ? chunk : chunk.substr(newline + 1));
+    end = newline == std::string::npos ? from : 0;
   }
-  // The records are a few hundred bytes; a longer last line is not one of them.
   const auto refused = io::DataError(path + ": its last line, without a newline, is not a metrics record; end that line or "
                                             "name another --metrics file");
-  if (size - start > (1 << 20)) throw refused;
-  std::string last(static_cast<size_t>(size - start), '\0');
-  in.seekg(start);
-  in.read(last.data(), static_cast<std::streamsize>(last.size()));
-  if (!in) throw io::DataError(path + ": cannot read the --metrics file to append to it");
+  if (last.size() > kMost) throw refused;
+  const std::streamoff start = size - static_cast<std::streamoff>(last.size());
   const nlohmann::json parsed = nlohmann::json::parse(last, nullptr, false);
   if (parsed.is_object()) {
     std::ofstream out(path, std::ios::binary | std::ios::app);

@@ -23,10 +23,11 @@ inline void use_gemm_kernels_fitting_this_cpu(char** argv) {
   // the kernel gave no interpreter, so AT_BASE is 0.
   if (::getauxval(AT_BASE) == 0) return;
   const char* kernels = model::better_gemm_kernels_here();
+  if (kernels == nullptr) return;
   // The program's own path, not /proc/self/exe: the process takes its name (ps, pkill) from the file.
   char self[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (kernels == nullptr || n <= 0 || ::setenv("OPENBLAS_CORETYPE", kernels, 1) != 0) return;
+  if (n <= 0 || ::setenv("OPENBLAS_CORETYPE", kernels, 1) != 0) return;
   self[n] = '\0';
   ::execv(self, argv);
   ::unsetenv("OPENBLAS_CORETYPE");
