@@ -666,23 +666,24 @@ TEST_F(Cli, DivergingRunExits1NamingTheEpoch) {
 }
 
 // A signal during training (SIGHUP too: a closed terminal) finishes the step, writes a loadable
-// checkpoint and exits with 128 + signal.
-// The handler is installed before the data is loaded, so the signal may arrive at any point.
+// checkpoint and exits with 128 + signal. The signal comes once the first epoch's record is written.
 TEST_F(Cli, SignalLeavesALoadableCheckpoint) {
   for (const auto& [name, status] : {std::pair<std::string, int>{"INT", 130}, {"TERM", 143}, {"HUP", 129}}) {
     const std::string ckpt = (dir_ / ("s-" + name + ".safetensors")).string();
-    const Result r = run("--backend cpu --quiet --epochs 3 --save '" + ckpt + "'", "",
-                         " & pid=$!; sleep 3; kill -" + name + " $pid; wait $pid; exit $?");
+    const std::string metrics = (dir_ / ("s-" + name + ".jsonl")).string();
+    const Result r = run("--backend cpu --quiet --train-limit 3000 --epochs 3 --metrics " + quoted(metrics) + " --save '" + ckpt + "'",
+                         "", once_training(metrics) + "kill -" + name + " $pid; wait $pid; exit $?");
     EXPECT_EQ(r.status, status) << r.err;
     // The data folder always (here the default one, or LENET_DATA_DIR's): LENET_DATA_DIR where the
     // command is pasted must not change it.
     EXPECT_NE(r.err.find("checkpoint written to " + ckpt + ", go on with: " LENET_TRAIN_EXE " --resume " + ckpt +
-                         " --data-dir " + fs::absolute(LENET_TEST_DATA_DIR).string() + " --backend cpu --quiet\n"),
+                         " --data-dir " + fs::absolute(LENET_TEST_DATA_DIR).string() + " --backend cpu --metrics " + metrics +
+                         " --quiet\n"),
               std::string::npos)
         << r.err;
     const lenet::engine::Checkpoint c = lenet::engine::load_checkpoint(ckpt);
     ASSERT_TRUE(c.state.has_value());
-    EXPECT_GT(c.state->step, 0u);
+    EXPECT_GT(c.state->step, 12u);  // past the first epoch's 12 steps
     EXPECT_EQ(c.state->epochs, 3);
   }
 }
@@ -756,17 +757,19 @@ TEST_F(Cli, SignalInTheLastStepCompletesTheRunAndSaysSo) {
 }
 
 // Under nohup (SIGHUP ignored when the program starts) a hangup stays ignored. A hangup that comes
-// twice (the shell's and the terminal's) is still one request to stop: the checkpoint is written.
-// Minibatches of 10000 or 20000 rows take a second or two, so the signals arrive while the run is in
-// its first step.
+// twice (the shell's and the terminal's) is still one request to stop: the checkpoint is written. The
+// hangups come once the first epoch's record is written, in the second epoch's one step of 10000 or
+// 20000 rows, which takes a second or more (a fixed wait could land in the loading of a slow build,
+// where no checkpoint is written).
 TEST_F(Cli, HangupIsIgnoredUnderNohupAndCountsOnce) {
   const std::string common = "--backend cpu --quiet --test-limit 100 ";
-  Result r = run(common + "--train-limit 10000 --batch-size 10000 --epochs 2", "trap '' HUP; ",
-                 " & pid=$!; sleep 1; kill -HUP $pid; wait $pid; exit $?");
+  const std::string m1 = (dir_ / "m1.jsonl").string(), m2 = (dir_ / "m2.jsonl").string();
+  Result r = run(common + "--train-limit 10000 --batch-size 10000 --epochs 2 --metrics " + quoted(m1), "trap '' HUP; ",
+                 once_training(m1) + "kill -HUP $pid; wait $pid; exit $?");
   EXPECT_EQ(r.status, 0) << r.err;
   const std::string ckpt = (dir_ / "h.safetensors").string();
-  r = run(common + "--train-limit 20000 --batch-size 20000 --epochs 3 --save '" + ckpt + "'", "",
-          " & pid=$!; sleep 2.5; kill -HUP $pid; sleep 0.3; kill -HUP $pid; wait $pid; exit $?");
+  r = run(common + "--train-limit 20000 --batch-size 20000 --epochs 3 --metrics " + quoted(m2) + " --save '" + ckpt + "'", "",
+          once_training(m2) + "kill -HUP $pid; sleep 0.3; kill -HUP $pid; wait $pid; exit $?");
   EXPECT_EQ(r.status, 129) << r.err;
   EXPECT_EQ(r.err.find("stopped at once"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("checkpoint written to"), std::string::npos) << r.err;
