@@ -460,13 +460,13 @@ int run_cli(int argc, const char* const* argv) {
     const std::unique_ptr<Backend> backend =
         use_cuda ? make_cuda_backend(o, probe, data, start, std::cerr) : make_cpu_backend(o, start);
     if (g_stop_signal != 0) return stopped("while setting up");
-    // Once everything that could refuse the run has been checked, so that a refusal is one line.
-    if (o.backend == "auto" && !use_cuda)
-      say("no CUDA device answers (" + probe.describe() + "); training on the CPU");
     // Also where stdout or stderr append to the file (`--metrics /dev/stdout >> m.jsonl`).
     if (o.train.start_step > 0 && !metrics.empty()) {
       if (const std::string mended = mend_last_line(metrics); !mended.empty()) say("--metrics " + metrics + ": " + mended);
     }
+    // Once everything that could refuse the run has been checked, so that a refusal is one line.
+    if (o.backend == "auto" && !use_cuda)
+      say("no CUDA device answers (" + probe.describe() + "); training on the CPU");
 
     if (o.train.epochs == 0) {  // --epochs 0 --load FILE: evaluate only
       const double acc = static_cast<double>(backend->count_correct(data.test, o.train.batch_size)) /
