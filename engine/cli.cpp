@@ -464,7 +464,8 @@ int run_cli(int argc, const char* const* argv) {
     if (o.train.start_step > 0 && !metrics.empty()) {
       if (const std::string mended = mend_last_line(metrics); !mended.empty()) say("--metrics " + metrics + ": " + mended);
     }
-    // Once everything that could refuse the run has been checked, so that a refusal is one line.
+    // After the checks before training, so that their refusals are one line (train() still opens the
+    // metrics file, and refuses a named pipe without a reader, after it).
     if (o.backend == "auto" && !use_cuda)
       say("no CUDA device answers (" + probe.describe() + "); training on the CPU");
 
