@@ -120,7 +120,7 @@ TEST_F(Cli, AutoBackendNoticeOnlyWhenTraining) {
   r = run("--quiet --data-dir '" + (dir_ / "no-data").string() + "'");
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  // Refused as late as a run can be: the metrics file a resume appends to ends in a line that is no record.
+  // Refused once the backend is set up: the metrics file a resume appends to ends in a line that is no record.
   const std::string ckpt = (dir_ / "c.safetensors").string(), metrics = (dir_ / "m.jsonl").string();
   const std::string common = "--quiet --train-limit 64 --test-limit 64 --save '" + ckpt + "' --metrics '" + metrics + "' ";
   ASSERT_EQ(run(common + "--epochs 1").status, 0);
