@@ -903,8 +903,9 @@ TEST_F(Cli, SignalWhileAWriteWaitsOnAFullPipeIsAStop) {
     if (!ended) ::kill(pid, SIGKILL);  // a failure, not a hung test
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   }
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 143) << status << ": " << lenet::testing::slurp(err);
-  EXPECT_NE(lenet::testing::slurp(err).find("stopped by signal 15"), std::string::npos) << lenet::testing::slurp(err);
+  const std::string said = lenet::testing::slurp(err);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 143) << status << ": " << said;
+  EXPECT_NE(said.find("stopped by signal 15"), std::string::npos) << said;
 }
 
 // A second signal ends the run at once, still with its line on stderr and 128 + signal. Two different
