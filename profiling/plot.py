@@ -223,34 +223,51 @@ def unique_labels(items):
 
 
 def accuracy_series(bench, metrics):
-    series = []
-    seen = set()
+    """[(label, epochs, accuracies)]: a line per benchmark row with accuracies and per metrics run, named
+    with the batch size and lr where the lines differ in them."""
+    entries = []  # (name, path, row or a run's first metrics line, epochs, accuracies)
     for path, row in bench:
         acc = row.get("test_acc_per_epoch")
         name = str(row.get("name") or row.get("impl"))
         if isinstance(acc, list) and acc and not all(is_number(a) and 0 <= a <= 1 for a in acc):
             say(f"{path}: {name}: test accuracies that are not numbers from 0 to 1; not drawn")
         elif isinstance(acc, list) and acc:
-            # One run's row found twice (lenet-bench --peers copies the peers' rows into its own file)
-            # is one line, not two drawn on top of each other.
-            if (name, tuple(acc)) in seen:
-                continue
-            seen.add((name, tuple(acc)))
-            series.append((name, path, list(range(1, len(acc) + 1)), acc))
+            entries.append((name, path, row, list(range(1, len(acc) + 1)), acc))
     for run in metrics_runs(metrics):
-        series.append((metrics_label(run["first"]), run["path"], run["epochs"], run["acc"]))
+        entries.append((metrics_label(run["first"]), run["path"], run["first"], run["epochs"], run["acc"]))
+    series = []
+    seen = set()
+    for (name, path, _, x, y), suffix in zip(entries, settings_suffixes([e[2] for e in entries], ACC_SETTINGS)):
+        # One run's row found twice (lenet-bench --peers copies the peers' rows into its own file), or a run
+        # repeated with the same result, is one line, not two drawn on top of each other.
+        if (name + suffix, tuple(y)) in seen:
+            continue
+        seen.add((name + suffix, tuple(y)))
+        series.append((name + suffix, path, x, y))
     labels = unique_labels([(s[0], s[1]) for s in series])
     return [(label, x, y) for label, (_, _, x, y) in zip(labels, series)]
 
 
-# What else a row's seconds per epoch depend on, with its short name in a series label.
+# What else a row's seconds per epoch depend on, with its short name in a series label; an accuracy
+# curve depends on the first two (metrics lines do not record the training-set size).
 SETTINGS = (("batch_size", "B"), ("lr", "lr"), ("train_examples", "N"))
+ACC_SETTINGS = SETTINGS[:2]
 
 
 def number_label(v):
-    """256 and 256.0 as 256; any other number exactly (repr), as setting() tells them apart."""
+    """256 and 256.0 as 256; any other number exactly (repr), as settings_suffixes tells them apart."""
     f = float(v)
     return str(int(f)) if f.is_integer() else repr(f)
+
+
+def settings_suffixes(rows, settings):
+    """Per row, " B=256 lr=0.2" for the settings (key, short name) whose values differ between the rows
+    ("?" where a row does not record one; 256 and 256.0 are one value); "" where they all agree."""
+    def setting(r, key):
+        v = r.get(key)
+        return number_label(v) if is_number(v) else "?" if v is None else str(v)
+    differing = [(key, short) for key, short in settings if len({setting(r, key) for r in rows}) > 1]
+    return ["".join(f" {short}={setting(r, key)}" for key, short in differing) for r in rows]
 
 
 def device_kind(row):
@@ -267,23 +284,17 @@ def seconds_table(bench):
     the same series and replica count replaces an earlier one."""
     rows = [(p, r) for p, r in bench if is_number(r.get("seconds_per_epoch")) and r["seconds_per_epoch"] > 0
             and is_number(r.get("replicas"))]
-    def setting(r, key):  # 256 and 256.0 are one setting
-        v = r.get(key)
-        return number_label(v) if is_number(v) else json.dumps(v)
-    differing = [(key, short) for key, short in SETTINGS if len({setting(r, key) for _, r in rows}) > 1]
     # A peer's mode is the same on the CPU and on a GPU: where rows ran on different kinds of device, the
     # kind is part of the name.
     kinds_differ = len({device_kind(r) for _, r in rows}) > 1
     table = {}
-    for path, r in rows:
+    for (path, r), suffix in zip(rows, settings_suffixes([r for _, r in rows], SETTINGS)):
         impl, mode = str(r.get("impl") or ""), str(r.get("mode") or "")
         # lenet-bench rows share one impl ("lenet-dp") across modes; the peers name the mode in the impl.
         name = impl if mode in impl else f"{impl} {mode}".strip()
         if kinds_differ and device_kind(r) not in (mode, None):
             name += f" on {device_kind(r)}"
-        for key, short in differing:
-            v = r.get(key)
-            name += f" {short}={number_label(v) if is_number(v) else '?' if v is None else v}"
+        name += suffix
         cell = table.setdefault(name, {})
         if cell.get(int(r["replicas"]), r["seconds_per_epoch"]) != r["seconds_per_epoch"]:
             say(f"{name} R={int(r['replicas'])} appears more than once with different times; using the one "

@@ -224,6 +224,23 @@ class AccuracySeries(PlotModule):
         self.assertEqual([y for _, _, y in series], [[0.1, 0.66, 0.71], [0.1, 0.65, 0.72]])
         self.assertEqual(len({label for label, _, _ in series}), 2, series)
 
+    def test_lines_of_other_settings_are_named_by_them(self):
+        row = {"name": "lenet-dp cpu R=1", "batch_size": 256, "lr": 0.9, "test_acc_per_epoch": [0.1, 0.5]}
+        # Equal accuracies (a run that learnt nothing at either lr) are still two runs.
+        series = self.plot.accuracy_series([("a.json", row), ("b.json", dict(row, lr=0.1))], [])
+        self.assertEqual([label for label, _, _ in series], ["lenet-dp cpu R=1 lr=0.9", "lenet-dp cpu R=1 lr=0.1"])
+        line = {"backend": "cpu", "mode": "cpu", "replicas": 1, "batch_size": 256, "lr": 0.9, "epoch": 1,
+                "test_acc": 0.5}
+        # Three runs in one file (each starts again at epoch 1); the first two are one configuration with
+        # one result, drawn once.
+        series = self.plot.accuracy_series([("a.json", row)], [("m.jsonl", line), ("m.jsonl", dict(line, batch_size=256.0)),
+                                                               ("m.jsonl", dict(line, batch_size=64))])
+        self.assertEqual([label for label, _, _ in series],
+                         ["lenet-dp cpu R=1 B=256", "cpu R=1 B=256", "cpu R=1 B=64"])
+        # Where all lines agree, no setting is named.
+        self.assertEqual([label for label, _, _ in self.plot.accuracy_series([("a.json", row)], [("m.jsonl", line)])],
+                         ["lenet-dp cpu R=1", "cpu R=1"])
+
 
 class SecondsSeries(PlotModule):
     """plot.py's series of seconds per epoch."""
