@@ -12,7 +12,6 @@
 #include <sstream>
 
 #include "engine/cpu_backend.hpp"
-#include "engine/gemm_kernels.hpp"
 #include "engine/trainer.hpp"
 #include "io/dataset.hpp"
 #include "model/lenet.hpp"
@@ -38,10 +37,3 @@ TEST(Learning, ThreeEpochsLeaveThePlateau) {
 
 }  // namespace
 
-// As lenet-train's: on a CPU that Debian's OpenBLAS does not know, its generic kernels took several
-// times as long.
-int main(int argc, char** argv) {
-  lenet::engine::use_gemm_kernels_fitting_this_cpu(argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
