@@ -1,6 +1,7 @@
 // One replica on the GPU (cuDNN, cuBLAS, our kernels) against the CPU backend, layer by layer: every
 // forward activation, the loss gradient, every parameter gradient, the loss sum and the correct count,
-// on random parameters and inputs, for a full, a partial and a one-row batch, and the zero-row case.
+// on random parameters and inputs, for a full, a partial and a one-row batch, and the zero-row case; each
+// after a step of other data in the same buffers.
 //
 // Bound: both sides compute in float32 (cuDNN algorithms are chosen with FMA math, no TF32) and differ
 // only in summation order; sums of up to 173,056 terms (conv1's weight gradient at 256 rows of 26 x 26
@@ -68,14 +69,21 @@ void compare_step(int rows, int capacity) {
   const model::StepStats cpu_stats = cpu.forward_backward(c.params.data(), c.x.data(), c.labels.data(), rows, cpu_grads.data());
 
   cuda::DeviceContext ctx(0);
-  cuda::CudaLenet gpu(ctx, capacity, {rows});
+  cuda::CudaLenet gpu(ctx, capacity, {rows, capacity});
+  const auto step = [&](const Case& k, int n) {
+    LENET_CUDA_CHECK(cudaMemcpy(gpu.params(), k.params.data(), k.params.size() * sizeof(float), cudaMemcpyHostToDevice));
+    LENET_CUDA_CHECK(cudaMemcpy(gpu.x(), k.x.data(), k.x.size() * sizeof(float), cudaMemcpyHostToDevice));
+    LENET_CUDA_CHECK(cudaMemcpy(gpu.labels(), k.labels.data(), k.labels.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    gpu.forward(n);
+    gpu.loss(n);
+    gpu.backward(n);
+  };
+  // First another case filling the whole capacity, then NaN in every gradient (all bits set): a layer
+  // that reads rows past `rows`, or adds to a buffer it should overwrite, then fails the comparison.
+  step(random_case(capacity, 7u + unsigned(rows)), capacity);
+  LENET_CUDA_CHECK(cudaMemset(gpu.grads(), 0xFF, model::kNumParameters * sizeof(float)));
   gpu.zero_stats(cuda::CudaLenet::kTrainStats);
-  LENET_CUDA_CHECK(cudaMemcpy(gpu.params(), c.params.data(), c.params.size() * sizeof(float), cudaMemcpyHostToDevice));
-  LENET_CUDA_CHECK(cudaMemcpy(gpu.x(), c.x.data(), c.x.size() * sizeof(float), cudaMemcpyHostToDevice));
-  LENET_CUDA_CHECK(cudaMemcpy(gpu.labels(), c.labels.data(), c.labels.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-  gpu.forward(rows);
-  gpu.loss(rows);
-  gpu.backward(rows);
+  step(c, rows);
   const cuda::HostActivations act = gpu.download_activations(rows);
   EXPECT_LT(rel_error(act.a1, cpu.a1()), kBound) << "conv1 + ReLU, rows " << rows;
   EXPECT_LT(rel_error(act.p1, cpu.p1()), kBound) << "pool1, rows " << rows;
