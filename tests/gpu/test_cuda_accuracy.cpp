@@ -55,12 +55,14 @@ TEST(CudaAccuracy, NaiveThreeEpochsAndGraphTenEpochsReachTheCpuAccuracy) {
     EXPECT_NEAR(g.train_acc, c.train_acc, 0.01) << what << ", epoch " << e << " training accuracy";
   };
   // The mode's evaluation against the CPU backend's on the mode's own final parameters: only rounding
-  // differs, which can turn a near-tie between two classes (at most a few of the 10,000 examples).
+  // differs, which can turn a near-tie between two classes. On the CPU's parameters after 3 and 10
+  // epochs, float32 and float64 forward passes chose the same class for all 10,000 test examples; the
+  // closest top two logits were 2.6e-4 and 4.6e-6 apart.
   auto expect_same_evaluation = [&](engine::Backend& gpu, const std::string& what) {
     engine::CpuBackend same(1, gpu.parameters(0));
     const int64_t got = gpu.count_correct(data.test, opt.batch_size), want = same.count_correct(data.test, opt.batch_size);
     EXPECT_NEAR(double(got), double(want), 2.0) << what << ": test examples classified right";
-    EXPECT_GT(want, 7000) << what << ": trained parameters classify most test examples right";
+    EXPECT_GT(want, 6000) << what << ": trained parameters classify most test examples right (1,000 by chance)";
   };
 
   engine::TrainOptions three = opt;
