@@ -7,8 +7,7 @@
 // profiling/results/2026-11-30-cpu-2core*) had after epoch 3 training losses 0.719 to 0.736 (2.3 %), training
 // accuracies 0.7217 to 0.7267, and test accuracies 0.708 to 0.740; after epoch 10 training losses 0.3891
 // to 0.3935 (1.1 %) and best test accuracies of epochs 8 to 10 of 0.836 to 0.844. The bounds are about
-// twice those spreads; a wrong gradient or update moves these numbers by far more. Each mode's evaluation
-// is then checked against the CPU's on the same parameters.
+// twice those spreads; a wrong gradient or update moves these numbers by far more.
 #include <algorithm>
 #include <sstream>
 #include <string>
@@ -54,22 +53,11 @@ TEST(CudaAccuracy, NaiveThreeEpochsAndGraphTenEpochsReachTheCpuAccuracy) {
     EXPECT_NEAR(g.train_loss, c.train_loss, loss_rel * c.train_loss) << what << ", epoch " << e << " training loss";
     EXPECT_NEAR(g.train_acc, c.train_acc, 0.01) << what << ", epoch " << e << " training accuracy";
   };
-  // The mode's evaluation against the CPU backend's on the mode's own final parameters: only rounding
-  // differs, which can turn a near-tie between two classes. On the CPU's parameters after 3 and 10
-  // epochs, float32 and float64 forward passes chose the same class for all 10,000 test examples; the
-  // closest top two logits were 2.6e-4 and 4.6e-6 apart.
-  auto expect_same_evaluation = [&](engine::Backend& gpu, const std::string& what) {
-    engine::CpuBackend same(1, gpu.parameters(0));
-    const int64_t got = gpu.count_correct(data.test, opt.batch_size), want = same.count_correct(data.test, opt.batch_size);
-    EXPECT_NEAR(double(got), double(want), 2.0) << what << ": test examples classified right";
-    EXPECT_GT(want, 6000) << what << ": trained parameters classify most test examples right (1,000 by chance)";
-  };
 
   engine::TrainOptions three = opt;
   three.epochs = 3;
   engine::CudaNaiveBackend naive(placement(2), start);
   expect_close(engine::train(naive, data, three, log, false), 3, 0.05, "naive R=2");
-  expect_same_evaluation(naive, "naive R=2");
   const double cpu_best = best_of_last_three(reference);
   for (int r : {1, 2}) {
     engine::CudaGraphBackend graph(placement(r), start);
@@ -78,7 +66,6 @@ TEST(CudaAccuracy, NaiveThreeEpochsAndGraphTenEpochsReachTheCpuAccuracy) {
     expect_close(g, 3, 0.05, what);
     expect_close(g, 10, 0.025, what);
     EXPECT_NEAR(best_of_last_three(g), cpu_best, 0.02) << what << ", best test accuracy of epochs 8 to 10";
-    expect_same_evaluation(graph, what);
   }
   EXPECT_GT(cpu_best, 0.80) << "the source text reaches about 0.83";
   std::cout << log.str();
