@@ -286,7 +286,9 @@ TrainStats CudaGraphBackend::take_train_stats() {
 }
 
 void CudaGraphBackend::prepare_evaluation(const io::Split& data) {
-  if (eval_data_ == &data && eval_size_ == data.size() && eval_pixels_ == data.pixels.data()) return;
+  // About a millisecond for the test set's 7.8 MB, against the seconds of an epoch.
+  if (eval_uploaded_ && data.labels == eval_data_.labels && data.pixels == eval_data_.pixels) return;
+  eval_uploaded_ = false;
   const std::vector<RowRange> shares = split_rows(static_cast<int>(data.size()), static_cast<int>(replicas_.size()));
   std::vector<float> x;
   std::vector<int32_t> labels;
@@ -307,9 +309,8 @@ void CudaGraphBackend::prepare_evaluation(const io::Split& data) {
     DeviceGuard guard(rep.device);
     LENET_CUDA_CHECK(cudaDeviceSynchronize());  // uploads on the legacy stream, read on the compute stream
   }
-  eval_data_ = &data;
-  eval_size_ = data.size();
-  eval_pixels_ = data.pixels.data();
+  eval_data_ = data;
+  eval_uploaded_ = true;
 }
 
 int64_t CudaGraphBackend::count_correct(const io::Split& data, int /*batch_size*/) {

@@ -49,9 +49,10 @@ class CudaGraphBackend final : public Backend {
   std::array<cuda::Event, kSlots> step_done_;  // on replica 0's device, after each replay
   cuda::Event fork_;                           // on replica 0's device
   uint64_t step_ = 0;
-  const io::Split* eval_data_ = nullptr;  // the split whose examples are on the devices
-  size_t eval_size_ = 0;
-  const uint8_t* eval_pixels_ = nullptr;
+  // The examples on the devices for evaluation, as compared with the next split to evaluate: by content,
+  // since another split can take the freed place of one (same addresses and size) and a split can change.
+  io::Split eval_data_;
+  bool eval_uploaded_ = false;
 };
 
 }  // namespace lenet::engine
