@@ -15,6 +15,7 @@ Exit status: 0 done, 1 cannot write, 2 usage error, unreadable JSON or nothing u
 """
 
 import argparse
+import errno
 import json
 import math
 import os
@@ -42,6 +43,20 @@ class PlotError(Exception):
     def __init__(self, message, status=2):
         super().__init__(message)
         self.status = status
+
+
+class StdoutFailed(Exception):
+    pass
+
+
+def print_out(line):
+    """A line on stdout. A failed write (a reader that has gone, a full disk) raises StdoutFailed, which
+    main's caller turns into one line and exit 1, as lenet-train does."""
+    try:
+        print(line, flush=True)
+    except OSError as e:
+        gone = ": its reader has gone" if e.errno == errno.EPIPE else ""
+        raise StdoutFailed(f"stdout: write failed ({e.strerror}){gone}") from None
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -349,7 +364,7 @@ def save(plt, fig, out_dir, name):
         raise PlotError(f"{path}: cannot draw ({e})", 1)
     finally:
         plt.close(fig)
-    print(f"wrote {one_line(path)}", flush=True)
+    print_out(f"wrote {one_line(path)}")
     return path
 
 
@@ -451,7 +466,7 @@ if __name__ == "__main__":
     except KeyboardInterrupt:
         say("interrupted")
         sys.exit(130)
-    except BrokenPipeError:
+    except StdoutFailed as e:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
-        say("stdout: write failed (Broken pipe): its reader has gone")
+        say(str(e))
         sys.exit(1)

@@ -13,6 +13,7 @@ Exit status: 0 done, 1 data or runtime error, 2 usage error; each error is one l
 """
 
 import argparse
+import errno
 import gzip
 import json
 import math
@@ -65,6 +66,20 @@ def fail(message, status):
     sys.exit(status)
 
 
+class StdoutFailed(Exception):
+    pass
+
+
+def print_out(line):
+    """A line on stdout. A failed write (a reader that has gone, a full disk) raises StdoutFailed: one line
+    and exit 1, as lenet-train does."""
+    try:
+        print(line, flush=True)
+    except OSError as e:
+        gone = ": its reader has gone" if e.errno == errno.EPIPE else ""
+        raise StdoutFailed(f"stdout: write failed ({e.strerror}){gone}") from None
+
+
 class OneLineParser(argparse.ArgumentParser):
     # argparse prints the whole usage block before its message; the project's tools answer a usage
     # error with one line, which scripts and tests can match.
@@ -114,8 +129,11 @@ def parse_args(argv):
     if a.replicas is not None and a.replicas > a.batch_size:
         raise UsageError(f"--replicas {a.replicas} is more than --batch-size {a.batch_size}: "
                          "every replica needs a row of a full minibatch")
+    # Its epochs' generators are seeded with seed * 1_000_003 + 1 + epoch (epoch_perm), which must fit 64 bits.
     if not 0 <= a.seed < 2 ** 40:
         raise UsageError(f"--seed {a.seed}: must be in 0..2^40-1")
+    if a.data_dir == "":  # as lenet-train: not the default folder
+        raise UsageError("--data-dir: empty value")
     for flag, v in (("--train-limit", a.train_limit), ("--test-limit", a.test_limit)):
         if v is not None and v < 1:
             raise UsageError(f"{flag} {v}: must be at least 1")
@@ -792,7 +810,7 @@ def main(argv):
     if args.json:
         write_json(args.json, row(prof))
     spe = three_digits(timing.seconds_per_epoch())
-    print(f"test acc: {timing.acc[-1]:.2f}, {spe} sec/epoch on [{', '.join(names)}]", flush=True)
+    print_out(f"test acc: {timing.acc[-1]:.2f}, {spe} sec/epoch on [{', '.join(names)}]")
     return 0
 
 
@@ -805,6 +823,6 @@ if __name__ == "__main__":
         fail(str(e), 1)
     except KeyboardInterrupt:
         fail("interrupted", 130)
-    except BrokenPipeError:
+    except StdoutFailed as e:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
-        fail("stdout: write failed (Broken pipe): its reader has gone", 1)
+        fail(str(e), 1)

@@ -282,6 +282,7 @@ class PeerErrors(WithDataset):
             ["--lr", "inf"], ["--replicas", "0"], ["--replicas", "17", "--batch-size", "16"], ["--epochs", "0"],
             ["--num-gpus", "0"], ["--bogus"], ["--batch-size", "many"], ["--variant", "fast"],
             ["--train-limit", "0"], ["--lr", "1e39"], ["--lr", "1e-50"], ["--json", ""], ["--dump-params", ""],
+            ["--seed", str(2 ** 40)], ["--data-dir", ""],
             ["--num-gpus", "1000000000"],  # refused before a list of that many devices is made
         ]
         for args in cases:
@@ -327,6 +328,14 @@ class PeerErrors(WithDataset):
         err = p.stderr.read()
         self.assertEqual(p.wait(timeout=600), 1, err)
         self.assertEqual(err, "lenet_peer: stdout: write failed (Broken pipe): its reader has gone\n")
+
+    @unittest.skipUnless(HAVE_TORCH and os.path.exists("/dev/full"), "torch is not importable, or no /dev/full")
+    def test_a_full_stdout_is_one_line(self):
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([sys.executable, PEER, "--data-dir", self.data, "--epochs", "1", "--quiet"], stdout=full,
+                               stderr=subprocess.PIPE, text=True, timeout=600, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.stderr, "lenet_peer: stdout: write failed (No space left on device)\n")
 
     @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
     def test_limit_above_the_data_set_is_a_usage_error(self):

@@ -123,6 +123,14 @@ class PlotSample(unittest.TestCase):
             self.assertEqual(p.wait(timeout=300), 1, err)
             self.assertEqual(err, "plot.py: stdout: write failed (Broken pipe): its reader has gone\n")
 
+    @unittest.skipUnless(os.path.exists("/dev/full"), "no /dev/full")
+    def test_a_full_stdout_is_one_line(self):
+        with tempfile.TemporaryDirectory() as d, open("/dev/full", "w") as full:
+            r = subprocess.run([sys.executable, PLOT, "--out", d, SAMPLE], stdout=full, stderr=subprocess.PIPE,
+                               text=True, timeout=300)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertEqual(r.stderr, "plot.py: stdout: write failed (No space left on device)\n")
+
     def test_each_plot_only_when_its_data_exists(self):
         with tempfile.TemporaryDirectory() as d:
             r = run_plot("--out", d, os.path.join(SAMPLE, "timeline-naive.json"),
