@@ -36,4 +36,3 @@ TEST(Learning, ThreeEpochsLeaveThePlateau) {
 }
 
 }  // namespace
-

@@ -282,12 +282,15 @@ class PeerErrors(WithDataset):
             ["--lr", "inf"], ["--replicas", "0"], ["--replicas", "17", "--batch-size", "16"], ["--epochs", "0"],
             ["--num-gpus", "0"], ["--bogus"], ["--batch-size", "many"], ["--variant", "fast"],
             ["--train-limit", "0"], ["--lr", "1e39"], ["--lr", "1e-50"], ["--json", ""], ["--dump-params", ""],
-            ["--seed", str(2 ** 40)], ["--data-dir", ""],
+            ["--seed", str(2 ** 40)],
             ["--num-gpus", "1000000000"],  # refused before a list of that many devices is made
         ]
         for args in cases:
             with self.subTest(args=args):
                 self.assert_one_line(run_peer("--data-dir", self.data, *args), 2)
+        # Not the folder LENET_DATA_DIR or the default names (a missing one here: no training run if taken).
+        line = self.assert_one_line(run_peer("--data-dir", "", env=dict(os.environ, LENET_DATA_DIR=self.tmp.name + "/none")), 2)
+        self.assertIn("--data-dir: empty value", line)
 
     def test_output_files_it_cannot_replace(self):
         fifo = os.path.join(self.tmp.name, "pipe")
