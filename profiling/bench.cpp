@@ -157,8 +157,12 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
     if (!failure.empty()) return untraced("CUPTI failed (" + failure + ")");
     // E.g. a graph's kernels not traced: empty columns rather than zeros that mislead.
     if (a.kernels.empty()) return untraced("CUPTI recorded no kernels");
-    if (a.dropped_records > 0)
-      say("CUPTI dropped " + std::to_string(a.dropped_records) + " records; " + row.name + "'s traced columns are too low");
+    std::string lost;
+    for (const auto& [count, what] : {std::pair{a.dropped_records, " records dropped"},
+                                      std::pair{a.untimed_records, " records without valid times"},
+                                      std::pair{a.unread_buffers, " buffers not read to the end"}})
+      if (count > 0) lost += (lost.empty() ? "" : ", ") + std::to_string(count) + what;
+    if (!lost.empty()) say("CUPTI: " + lost + "; " + row.name + "'s traced columns are too low");
     if (timeline != nullptr) {
       try {  // per step: busy time (overlapping kernels count once) and idle time, for plot.py
         nlohmann::json steps = nlohmann::json::array();

@@ -38,30 +38,41 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
   *max_records = 0;  // as many as fit
 }
 
+// CUPTI may hand over a kernel record with 0 timestamps (no device memory to time it, says cupti_activity.h)
+// or, from a forced flush, one not complete: such a record's times are left out, counted, instead of a
+// duration wrapped around 2^64.
+bool timed(uint64_t start, uint64_t end, Activity& a) {
+  if (start != 0 && end > start) return true;
+  ++a.untimed_records;
+  return false;
+}
+
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
   std::lock_guard<std::mutex> lock(g_mutex);
   CUpti_Activity* record = nullptr;
-  while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+  CUptiResult rc;
+  while ((rc = cuptiActivityGetNextRecord(buffer, valid, &record)) == CUPTI_SUCCESS) {
     switch (record->kind) {
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+        if (k->graphId == 0) ++g_activity.host_launched_kernels;
+        if (!timed(k->start, k->end, g_activity)) break;
         g_activity.kernels.push_back({k->start, k->end, k->deviceId});
         g_kernel_correlation.push_back(
             {k->correlationId, {{k->start, k->end, k->deviceId}, 0, k->graphId, k->graphNodeId}});
-        if (k->graphId == 0) ++g_activity.host_launched_kernels;
         if (k->name != nullptr && std::strstr(k->name, "add_into_kernel") != nullptr)
           g_activity.allreduce_seconds += double(k->end - k->start) * 1e-9;
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-        if (m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOD)  // peer copies arrive as MEMCPY2 records
+        if (m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOD && timed(m->start, m->end, g_activity))
           g_activity.allreduce_seconds += double(m->end - m->start) * 1e-9;
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY2: {  // peer-to-peer copies between devices
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record);
-        g_activity.allreduce_seconds += double(m->end - m->start) * 1e-9;
+        if (timed(m->start, m->end, g_activity)) g_activity.allreduce_seconds += double(m->end - m->start) * 1e-9;
         break;
       }
       case CUPTI_ACTIVITY_KIND_DRIVER: {
@@ -81,6 +92,9 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
         break;
     }
   }
+  // MAX_LIMIT_REACHED is the end of the records; INVALID_KIND (a record incomplete or invalid) loses the
+  // rest of this buffer.
+  if (rc != CUPTI_ERROR_MAX_LIMIT_REACHED) ++g_activity.unread_buffers;
   std::free(buffer);
 }
 

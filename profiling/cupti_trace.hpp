@@ -20,6 +20,8 @@ struct Activity {
   // the training step makes besides host-to-device input copies).
   double allreduce_seconds = 0;
   size_t dropped_records = 0;  // records CUPTI could not store: the counts above are then too low
+  size_t untimed_records = 0;  // kernel and copy records without valid start and end: not in the times
+  size_t unread_buffers = 0;   // buffers whose records could not be read to the end
 };
 
 class CuptiTrace {
@@ -29,7 +31,9 @@ class CuptiTrace {
   // Why not, when not available or when CUPTI refused (e.g. a profiler already attached).
   static std::string unavailable_reason();
   // Registers CUPTI's buffers. Call before any CUDA graph exists: starting CUPTI after graphs were
-  // captured has been reported to fault (pytorch#75504, which PyTorch works around the same way).
+  // captured has been reported to fault (pytorch#75504). PyTorch's workaround runs a whole empty profiler
+  // session before capturing (pytorch#100441); this only registers, and CUPTI is never torn down here
+  // (its teardown and re-initialisation with graphs crashed before CUDA 12.6: pytorch#112507, #150957).
   static void prepare();
   // Throws std::runtime_error (with every activity kind disabled again) when CUPTI refuses.
   void start();
