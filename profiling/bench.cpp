@@ -160,9 +160,10 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
     std::string lost;
     for (const auto& [count, what] : {std::pair{a.dropped_records, " records dropped"},
                                       std::pair{a.untimed_records, " records without valid times"},
-                                      std::pair{a.unread_buffers, " buffers not read to the end"}})
+                                      std::pair{a.unread_buffers, " buffers not read to the end"},
+                                      std::pair{a.unplaced_kernels, " kernels without their launch (not in the timeline)"}})
       if (count > 0) lost += (lost.empty() ? "" : ", ") + std::to_string(count) + what;
-    if (!lost.empty()) say("CUPTI: " + lost + "; " + row.name + "'s traced columns are too low");
+    if (!lost.empty()) say("CUPTI: " + lost + "; " + row.name + "'s traced numbers leave these out");
     if (timeline != nullptr) {
       try {  // per step: busy time (overlapping kernels count once) and idle time, for plot.py
         nlohmann::json steps = nlohmann::json::array();

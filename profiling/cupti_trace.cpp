@@ -154,7 +154,10 @@ Activity CuptiTrace::stop() {
   for (auto& [correlation, kernel] : g_kernel_correlation) {
     if (kernel.graph == 0) {  // a graph's kernels are placed by node, not by their launch (bench_model.hpp)
       const auto api = g_api_start.find(correlation);
-      if (api == g_api_start.end()) continue;
+      if (api == g_api_start.end()) {
+        ++g_activity.unplaced_kernels;
+        continue;
+      }
       kernel.launched = api->second;
     }
     g_activity.launched.push_back(kernel);

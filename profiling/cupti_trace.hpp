@@ -22,6 +22,7 @@ struct Activity {
   size_t dropped_records = 0;  // records CUPTI could not store: the counts above are then too low
   size_t untimed_records = 0;  // kernel and copy records without valid start and end: not in the times
   size_t unread_buffers = 0;   // buffers whose records could not be read to the end
+  size_t unplaced_kernels = 0; // kernels outside graphs whose launch CUPTI did not record: not in `launched`
 };
 
 class CuptiTrace {

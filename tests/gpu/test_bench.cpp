@@ -52,6 +52,7 @@ TEST_F(BenchTool, ShortRunFillsEveryColumn) {
     EXPECT_LT(j["rows"][1]["kernel_launches_per_step"].get<double>(),
               j["rows"][0]["kernel_launches_per_step"].get<double>())
         << "graph mode launches fewer kernels from the host";
+    EXPECT_EQ(output.find("CUPTI: "), std::string::npos) << "records lost or left out\n" << output;
   } else {
     EXPECT_NE(output.find("this build found no CUPTI"), std::string::npos) << output;
   }
