@@ -287,8 +287,8 @@ TrainStats CudaGraphBackend::take_train_stats() {
 
 void CudaGraphBackend::prepare_evaluation(const io::Split& data) {
   // About a millisecond for the test set's 7.8 MB, against the seconds of an epoch.
-  if (eval_uploaded_ && data.labels == eval_data_.labels && data.pixels == eval_data_.pixels) return;
-  eval_uploaded_ = false;
+  if (eval_data_ && data.labels == eval_data_->labels && data.pixels == eval_data_->pixels) return;
+  eval_data_.reset();
   const std::vector<RowRange> shares = split_rows(static_cast<int>(data.size()), static_cast<int>(replicas_.size()));
   std::vector<float> x;
   std::vector<int32_t> labels;
@@ -310,7 +310,6 @@ void CudaGraphBackend::prepare_evaluation(const io::Split& data) {
     LENET_CUDA_CHECK(cudaDeviceSynchronize());  // uploads on the legacy stream, read on the compute stream
   }
   eval_data_ = data;
-  eval_uploaded_ = true;
 }
 
 int64_t CudaGraphBackend::count_correct(const io::Split& data, int /*batch_size*/) {

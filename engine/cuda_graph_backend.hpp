@@ -7,6 +7,7 @@
 #pragma once
 #include <array>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/backend.hpp"
@@ -51,8 +52,7 @@ class CudaGraphBackend final : public Backend {
   uint64_t step_ = 0;
   // The examples on the devices for evaluation, as compared with the next split to evaluate: by content,
   // since another split can take the freed place of one (same addresses and size) and a split can change.
-  io::Split eval_data_;
-  bool eval_uploaded_ = false;
+  std::optional<io::Split> eval_data_;
 };
 
 }  // namespace lenet::engine
