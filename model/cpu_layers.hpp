@@ -7,7 +7,7 @@
 
 namespace lenet::model {
 
-// Convolution with stride 1 and no padding, as im2col + GEMM over the whole batch.
+// Convolution with stride 1 and no padding, as im2col + GEMM over all the rows given (one GEMM per call).
 struct ConvShape {
   int n, c, h, w;  // input
   int oc, k;       // output channels, square kernel
