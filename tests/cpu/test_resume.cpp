@@ -57,9 +57,17 @@ std::vector<float> uninterrupted(std::vector<nlohmann::json>* records = nullptr)
   engine::TrainOptions o = options();
   o.metrics_path = temporary(".jsonl").string();
   std::ostringstream log;
-  engine::train(b, data(), o, log, false);
+  const engine::TrainResult result = engine::train(b, data(), o, log, false);
   const std::vector<nlohmann::json> written = read_records(o.metrics_path);
   if (records != nullptr) *records = written;
+  // The final line's seconds are the mean of the epochs' (not their sum), and the last record's test
+  // accuracy is the final parameters' over the test set (not over the training set's size).
+  EXPECT_EQ(result.epochs.size(), 2u);
+  EXPECT_NEAR(result.mean_epoch_seconds, (written.at(0)["epoch_seconds"].get<double>() +
+                                          written.at(1)["epoch_seconds"].get<double>()) / 2,
+              1e-12 * result.mean_epoch_seconds);
+  EXPECT_EQ(written.back()["test_acc"].get<double>(),
+            double(b.count_correct(data().test, o.batch_size)) / double(data().test.size()));
   return b.parameters(0);
 }
 
@@ -124,6 +132,10 @@ void expect_same_records(const std::vector<nlohmann::json>& resumed, const std::
     const double a = resumed[i]["train_loss"], b = whole[i]["train_loss"];
     EXPECT_LE(std::fabs(a - b), 1e-12 * b) << a << " vs " << b;
     EXPECT_GT(resumed[i]["epoch_seconds"].get<double>(), 0.0);
+    // Examples per second over the whole epoch, in both runs: all 1000 examples in its seconds.
+    for (const auto* r : {&resumed[i], &whole[i]})
+      EXPECT_NEAR((*r)["examples_per_second"].get<double>() * (*r)["epoch_seconds"].get<double>(),
+                  double(data().train.size()), 1e-9 * double(data().train.size()));
   }
 }
 
