@@ -264,6 +264,55 @@ TEST_F(IdxFiles, JunkAfterGzipStreamIsRejected) {
   EXPECT_CONTAINS(msg, "after the gzip stream");
 }
 
+// A file larger than any IDX file of the data set is refused before it is read into memory.
+TEST_F(IdxFiles, FileLargerThanAnyIdxFileIsRejectedBeforeReading) {
+  const fs::path path = dir_ / "huge";
+  write_raw("huge", {});
+  fs::resize_file(path, lenet::io::kMaxDecompressedBytes + 1);  // sparse: no disk space taken
+  const std::string msg = data_error_of([&] { lenet::io::read_file_bytes(path.string()); });
+  EXPECT_CONTAINS(msg, path.string());
+  EXPECT_CONTAINS(msg, "larger than any IDX file");
+}
+
+#ifdef LENET_TEST_CAN_WRITE_GZIP
+// A gzip stream of `n` zero bytes, made in memory (zeros compress about a thousandfold).
+Bytes gzip_of_zeros(size_t n) {
+  z_stream zs{};
+  EXPECT_EQ(deflateInit2(&zs, 1, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  const std::vector<uint8_t> zeros(size_t{1} << 20, 0);
+  Bytes out(size_t{1} << 20);
+  size_t written = 0;
+  int rc = Z_OK;
+  while (rc != Z_STREAM_END) {
+    const size_t take = std::min(n, zeros.size());
+    zs.next_in = const_cast<uint8_t*>(zeros.data());
+    zs.avail_in = static_cast<uInt>(take);
+    n -= take;
+    do {
+      if (written == out.size()) out.resize(out.size() * 2);
+      zs.next_out = out.data() + written;
+      zs.avail_out = static_cast<uInt>(out.size() - written);
+      rc = deflate(&zs, n == 0 ? Z_FINISH : Z_NO_FLUSH);
+      written = out.size() - zs.avail_out;
+    } while (zs.avail_out == 0 || (n == 0 && rc != Z_STREAM_END));
+  }
+  deflateEnd(&zs);
+  out.resize(written);
+  return out;
+}
+
+// The bound against decompression bombs: a stream decompressing to exactly the bound is read, one byte
+// more is refused.
+TEST(GzipBound, StreamsUpToTheBoundAreReadAndOneByteMoreIsRefused) {
+  if (!lenet::io::gzip_supported()) GTEST_SKIP() << "built without zlib";
+  const size_t bound = lenet::io::kMaxDecompressedBytes;
+  EXPECT_EQ(lenet::io::maybe_gunzip(gzip_of_zeros(bound), "at-bound.gz").size(), bound);
+  const std::string msg = data_error_of([&] { lenet::io::maybe_gunzip(gzip_of_zeros(bound + 1), "bomb.gz"); });
+  EXPECT_CONTAINS(msg, "bomb.gz");
+  EXPECT_CONTAINS(msg, "decompresses to more than 256 MiB");
+}
+#endif
+
 TEST_F(IdxFiles, MissingFileIsRejected) {
   const std::string dir = dir_.string();
   std::string msg = data_error_of([&] { lenet::io::find_data_file(dir, "train-images-idx3-ubyte"); });
