@@ -4,6 +4,7 @@
 // full-size buffer with the extra rows masked equals the step on the real rows).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -182,6 +183,24 @@ TEST(Masking, MaskedFullBufferEqualsTheRealRows) {
     den += double(real[i]) * real[i];
   }
   EXPECT_LT(std::sqrt(num / den), 1e-5);
+}
+
+// A replica whose share of a partial minibatch is empty runs its full buffer with every row masked:
+// nothing counts, and every gradient is an exact zero (stale rows must not leak in).
+TEST(Masking, EveryRowMaskedGivesNoLossNoHitsAndZeroGradients) {
+  std::mt19937 gen(22);
+  std::normal_distribution<float> w(0.f, 0.1f);
+  std::vector<float> params(model::kNumParameters);
+  for (float& v : params) v = w(gen);
+  const int capacity = 16;
+  std::vector<float> x(size_t(capacity) * model::kInPixels, 0.5f);
+  std::vector<int32_t> labels(capacity, 3);
+  std::vector<float> grads(model::kNumParameters, 1.0f);
+  model::CpuLenet<float> net;
+  const model::StepStats s = net.forward_backward(params.data(), x.data(), labels.data(), capacity, grads.data(), 0);
+  EXPECT_EQ(s.loss_sum, 0.0);
+  EXPECT_EQ(s.correct, 0);
+  EXPECT_EQ(std::count(grads.begin(), grads.end(), 0.0f), std::ptrdiff_t(grads.size()));
 }
 
 }  // namespace
