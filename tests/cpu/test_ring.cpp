@@ -264,8 +264,18 @@ TEST(StepOnStreams, TheModelSeesARaceWhenAnyWaitIsMissing) {
 }
 
 TEST(RingAllreduce, RejectsWrongBufferCount) {
-  std::vector<float> x(4);
+  std::vector<float> x(4), y(4), z(4);
   EXPECT_THROW(ring_allreduce_host(RingSchedule(2, 4), {x.data()}), std::invalid_argument);
+  EXPECT_THROW(ring_allreduce_host(RingSchedule(2, 4), {x.data(), y.data(), z.data()}), std::invalid_argument);
+}
+
+// No replicas is an error, not a division by zero or an empty schedule.
+TEST(RingAllreduce, RejectsFewerThanOneReplica) {
+  for (const int replicas : {0, -1}) {
+    EXPECT_THROW(split_rows(4, replicas), std::invalid_argument) << replicas;
+    EXPECT_THROW(RingSchedule(replicas, 4), std::invalid_argument) << replicas;
+  }
+  EXPECT_THROW(split_rows(-1, 2), std::invalid_argument);
 }
 
 }  // namespace
