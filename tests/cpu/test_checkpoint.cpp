@@ -718,6 +718,17 @@ TEST_F(CheckpointFiles, ExtraTrailingBytesAreRejected) {
   EXPECT_CONTAINS(rejection(b), "100 unexpected bytes after the last tensor");
 }
 
+// The loader reads at most the largest checkpoint there can be (length, the longest header, the data)
+// and refuses a file longer than that as such, without reading it all.
+TEST_F(CheckpointFiles, FileLongerThanAnyCheckpointIsRefusedAsSuch) {
+  const size_t largest = 8 + lenet::engine::kMaxCheckpointHeaderBytes + 4 * lenet::model::kNumParameters;
+  Bytes b = valid_bytes();
+  b.resize(largest, 0);
+  EXPECT_CONTAINS(rejection(b), "unexpected bytes after the last tensor");
+  b.push_back(0);
+  EXPECT_CONTAINS(rejection(b), "larger than any checkpoint (over " + std::to_string(largest) + " bytes)");
+}
+
 TEST_F(CheckpointFiles, MissingTensorIsRejected) {
   for (const auto& t : tensor_specs()) {
     const std::string m = rejection(edited([&](json& h) { h.erase(t.name); }));
