@@ -14,6 +14,15 @@
 #include "profiling/nvtx.hpp"
 
 namespace lenet::engine {
+
+bool cpu_backend_is_parallel() {
+#ifdef _OPENMP
+  return true;
+#else
+  return false;
+#endif
+}
+
 namespace {
 
 // OpenMP's default (OMP_NUM_THREADS, else every core), at most one per core: more only contend for the

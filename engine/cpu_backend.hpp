@@ -18,6 +18,8 @@ namespace lenet::engine {
 constexpr int kCpuChunkRows = 16;
 // Chunks in flight at once (more when there are more threads): 64 gradient buffers, 33 MB.
 constexpr size_t kCpuChunksPerWave = 64;
+// Whether this build runs the chunks on several threads (OpenMP found); without it, on one.
+bool cpu_backend_is_parallel();
 
 class CpuBackend final : public Backend {
  public:
@@ -32,6 +34,8 @@ class CpuBackend final : public Backend {
   // On replica 0, as the source text evaluates on its first device.
   int64_t count_correct(const io::Split& data, int batch_size) override;
   std::vector<float> parameters(int replica) const override;
+  // The threads a step runs its chunks on: `threads` when given and the build is parallel.
+  int threads() const { return static_cast<int>(workers_.size()); }
 
  private:
   struct Replica {

@@ -86,8 +86,10 @@ TEST(BenchModel, GraphKernelsGoToTheReplaysInTheirOrder) {
     EXPECT_NEAR(steps[i].busy_seconds, busy[i] * 1e-9, 1e-18) << "step " << i;
     EXPECT_NEAR(steps[i].idle_seconds, idle[i] * 1e-9, 1e-18) << "step " << i;
   }
-  // Four replays for three steps, and a node that missed a replay: no timeline rather than a wrong one.
+  // Four replays for three or five steps, and a node that missed a replay: no timeline rather than a
+  // wrong one.
   EXPECT_THROW(per_step_busy_idle(k, {0, 100, 200}), std::runtime_error);
+  EXPECT_THROW(per_step_busy_idle(k, {0, 100, 200, 300, 400}), std::runtime_error);
   std::vector<LaunchedKernel> missing = k;
   missing.erase(missing.begin());  // graph 7 node 2's second run
   EXPECT_THROW(per_step_busy_idle(missing, {0, 100, 200, 300}), std::runtime_error);
@@ -95,6 +97,8 @@ TEST(BenchModel, GraphKernelsGoToTheReplaysInTheirOrder) {
 
 TEST(BenchModel, PeakAndProjection) {
   EXPECT_EQ(fp32_lanes_per_sm(9, 0), 128);
+  EXPECT_EQ(fp32_lanes_per_sm(6, 0), 64);   // P100
+  EXPECT_EQ(fp32_lanes_per_sm(6, 1), 128);  // GP10x
   EXPECT_EQ(fp32_lanes_per_sm(8, 0), 64);   // A100
   EXPECT_EQ(fp32_lanes_per_sm(8, 6), 128);  // GA10x
   EXPECT_EQ(fp32_lanes_per_sm(8, 9), 128);  // Ada
