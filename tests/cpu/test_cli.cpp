@@ -717,7 +717,9 @@ TEST_F(Cli, SignalLeavesALoadableCheckpoint) {
 
 // The stop line ends with the command that goes on: --resume and the flags the checkpoint does not
 // record, quoted for the shell. Run as it is (without LENET_DATA_DIR), it completes the run. The signal
-// comes once the first epoch's record is written, in the second of three epochs.
+// comes once the first epoch's record is written, in the second of three epochs. On the CPU, --num-gpus
+// only gave the default replica count, which the checkpoint records: the command leaves it out (with it,
+// the resumed run would be refused for 2 replicas against the checkpoint's 3).
 TEST_F(Cli, StopLineGivesTheCommandThatGoesOn) {
   const fs::path odd = dir_ / "it's a $HOME";
   fs::create_directories(odd);
@@ -725,7 +727,7 @@ TEST_F(Cli, StopLineGivesTheCommandThatGoesOn) {
   // Relative names, and the data folder from LENET_DATA_DIR: the command says where they are.
   data_dir_ = "data";
   const Result r = run("--backend cpu --quiet --train-limit 3000 --batch-size 500 --test-limit 100 --epochs 3 --metrics m.jsonl "
-                       "--save c.safetensors",
+                       "--save c.safetensors --num-gpus 2 --replicas 3",
                        "cd " + quoted(odd.string()) + "; ", once_training("m.jsonl") + "kill -TERM $pid; wait $pid; exit $?");
   ASSERT_EQ(r.status, 143) << r.err;
   const std::string marker = "go on with: ";
@@ -733,6 +735,8 @@ TEST_F(Cli, StopLineGivesTheCommandThatGoesOn) {
   ASSERT_NE(at, std::string::npos) << r.err;
   const std::string command = r.err.substr(at + marker.size(), r.err.find('\n', at) - at - marker.size());
   EXPECT_NE(command.find("--data-dir '" + dir_.string() + "/it'\\''s a $HOME/data'"), std::string::npos) << command;
+  EXPECT_EQ(command.find("--num-gpus"), std::string::npos) << command;
+  EXPECT_EQ(command.find("--replicas"), std::string::npos) << command;
   // Run as printed, from another folder and without LENET_DATA_DIR, it completes the run.
   std::ofstream(dir_ / "go-on.sh") << command << "\n";
   const int status = std::system(("cd / && env -u LENET_DATA_DIR sh " + quoted((dir_ / "go-on.sh").string()) + " >/dev/null 2>&1").c_str());
