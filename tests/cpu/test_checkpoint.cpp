@@ -359,6 +359,29 @@ TEST_F(CheckpointFiles, ANameAsLongAsTheFolderTakesSaves) {
   }
 }
 
+// The checks made before a run (engine/output_file.hpp): a name as long as the folder takes is fine and
+// one byte more is not; a chain of links is followed to its end, so the folder checked is the last one's.
+TEST_F(CheckpointFiles, OutputChecksTakeTheLongestNameAndFollowEveryLink) {
+  const size_t most = lenet::engine::longest_name(dir_);
+  EXPECT_EQ(lenet::engine::new_file_problem((dir_ / std::string(most, 'c')).string()), "");
+  EXPECT_CONTAINS(lenet::engine::new_file_problem((dir_ / std::string(most + 1, 'c')).string()),
+                  "a file name longer than the " + std::to_string(most) + " bytes its folder takes");
+  fs::create_symlink("b", dir_ / "a");
+  fs::create_symlink("missing/c", dir_ / "b");
+  EXPECT_EQ(lenet::engine::follow_links((dir_ / "a").string()), (dir_ / "missing" / "c").string());
+  EXPECT_CONTAINS(lenet::engine::new_file_problem((dir_ / "a").string()),
+                  "cannot write into the folder " + (dir_ / "missing").string());
+}
+
+// A file that may not be written is refused before the run, not replaced by the checkpoint's rename.
+TEST_F(CheckpointFiles, ReadOnlyFileIsRefusedBeforeTheRun) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root may write any file";
+  const std::string path = write_raw("read-only.safetensors", {1, 2, 3});
+  ASSERT_EQ(::chmod(path.c_str(), 0444), 0) << std::strerror(errno);
+  EXPECT_EQ(lenet::engine::replaced_file_problem(path), path + ": is read-only");
+  EXPECT_EQ(lenet::engine::output_file_problem(path), path + ": is read-only");
+}
+
 // A symbolic link stays a link: the checkpoint goes to the file it names, existing or not yet.
 TEST_F(CheckpointFiles, SavingThroughASymbolicLinkWritesTheFileItNames) {
   std::filesystem::create_directory(dir_ / "real");
