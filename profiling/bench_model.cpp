@@ -253,7 +253,7 @@ std::string markdown_table(const std::vector<BenchRow>& rows, const std::string&
   out << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const BenchRow& r : rows) {
     std::optional<double> ratio;
-    if (ref && r.seconds_per_epoch && *r.seconds_per_epoch > 0) ratio = *r.seconds_per_epoch / *ref;
+    if (ref && *ref > 0 && r.seconds_per_epoch && *r.seconds_per_epoch > 0) ratio = *r.seconds_per_epoch / *ref;
     out << "| " << escape_cell(r.name) << " | " << cell(r.seconds_per_epoch, 3) << " | " << cell(r.examples_per_second, 0) << " | "
         << cell(r.kernel_ms_per_step, 3) << " | " << cell(r.idle_ms_per_step, 3) << " | "
         << cell(r.host_enqueue_ms_per_step, 3) << " | " << cell(r.kernel_launches_per_step, 1) << " | "

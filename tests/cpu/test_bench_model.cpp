@@ -169,6 +169,10 @@ TEST(BenchModel, JsonRoundTripAndMarkdown) {
   const std::string md2 = markdown_table({odd, a}, "a|b");
   EXPECT_NE(md2.find("| a\\|b | 1.000e+300 |"), std::string::npos) << md2;
   EXPECT_NE(md2.find("time vs a\\|b |"), std::string::npos) << md2;
+  // A reference that took no time (a peer file may say 0) gives no ratios, not infinities.
+  const std::string md3 = markdown_table({sample_row("zero", 0.0), a}, "zero");
+  EXPECT_EQ(md3.find("inf"), std::string::npos) << md3;
+  EXPECT_NE(md3.find("| 0.8300 | - |"), std::string::npos) << md3;
 }
 
 TEST(BenchModel, PeerRowsOfOtherSettingsAreFlagged) {
