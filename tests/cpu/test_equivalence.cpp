@@ -108,16 +108,16 @@ TEST_P(ChunkedStep, EqualsPassesOverTheWholeMinibatch) {
   EXPECT_LT(lenet::testing::distance(b.parameters(0), want) / moved, 1e-5);
 }
 
-// Each chunk has its own gradient buffer and they are added in chunk order: the thread count cannot
-// change a bit, nor can the waves it sizes (batch 2053 over 2 replicas: 130 chunks, in waves of 64
-// with 1 to 32 threads and of 80 with 40).
-// The comparison below is between runs on really different thread counts.
+// The thread count asked for is the one used, so the next test compares really different runs.
 TEST(Equivalence, TheThreadCountAskedForIsTheOneUsed) {
   if (!engine::cpu_backend_is_parallel()) GTEST_SKIP() << "built without OpenMP: one thread";
   for (const int threads : {1, 2, 5, 40})
     EXPECT_EQ(engine::CpuBackend(2, model::init_parameters<float>(7), threads).threads(), threads);
 }
 
+// Each chunk has its own gradient buffer and they are added in chunk order: the thread count cannot
+// change a bit, nor can the waves it sizes (batch 2053 over 2 replicas: 130 chunks, in waves of 64
+// with 1 to 32 threads and of 80 with 40).
 TEST(Equivalence, ThreadCountDoesNotChangeTheBits) {
   const std::vector<float> one = train_replicas(2, 256, 7, 3, 1)[0];
   EXPECT_EQ(train_replicas(2, 256, 7, 3, 2)[0], one);

@@ -256,8 +256,9 @@ TEST(Gemm, BlasAndPortableAgreeForEveryTransposition) {
   // The portable GEMM's blocks are 64 rows, 256 columns and 256 deep, its tiles 4 rows by 4 (double) or
   // 8 (float) columns: the third shape spans two blocks of rows and columns and three of depth, with
   // partial tiles in both directions; the fourth has k = 0 (C only scaled by beta). Beta 0 must ignore
-  // a NaN already in C, as BLAS does. gemm<T> is OpenBLAS where the build found it, for float and double. Bounds: double sums of at most 1100 products of O(1) terms,
-  // relative error far below 1e-13; the float GEMM's, about sqrt(k) * 6e-8, below 1e-5.
+  // a NaN already in C, as BLAS does. gemm<T> is OpenBLAS where the build found it, for float and
+  // double. Bounds: double sums of at most 1100 products of O(1) terms, relative error far below 1e-13;
+  // the float GEMMs', about sqrt(k) * 6e-8, below 1e-5.
   for (const auto& [m, n, k] :
        {std::tuple<int, int, int>{13, 17, 11}, {3, 300, 1100}, {70, 301, 600}, {4, 5, 0}})
     for (const double beta : {2.0, 0.0})
