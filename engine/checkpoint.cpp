@@ -386,11 +386,11 @@ void remove_checkpoint_in_progress() noexcept {
 }
 
 void save_checkpoint(const std::string& path, const std::vector<float>& parameters, const TrainingState& state) {
-  save_checkpoint(path, parameters, state, [](int fd, const void* data, size_t size) { return ::write(fd, data, size); });
+  save_checkpoint(path, parameters, state, CheckpointIo{});
 }
 
 void save_checkpoint(const std::string& path, const std::vector<float>& parameters, const TrainingState& state,
-                     const CheckpointWriteFunction& write) {
+                     const CheckpointIo& io) {
   const auto fail = [&](const std::string& problem) {
     throw CheckpointError(path + ": cannot save checkpoint: " + problem);
   };
@@ -418,14 +418,14 @@ void save_checkpoint(const std::string& path, const std::vector<float>& paramete
 
   size_t done = 0;
   while (done < bytes.size()) {
-    const ssize_t n = write(tmp.fd(), bytes.data() + done, bytes.size() - done);
+    const ssize_t n = io.write(tmp.fd(), bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
     // A write that makes no progress would loop forever; the kernel reports a full disk as ENOSPC.
     if (n <= 0) fail_unchanged("write to " + tmp_path + " failed after " + std::to_string(done) + " bytes", n < 0 ? errno : ENOSPC);
     done += static_cast<size_t>(n);
   }
   // Data on disk before the rename makes it visible, else a crash could leave an empty file under `path`.
-  if (::fsync(tmp.fd()) != 0) fail_unchanged("fsync of " + tmp_path + " failed", errno);
+  if (io.fsync(tmp.fd()) != 0) fail_unchanged("fsync of " + tmp_path + " failed", errno);
   if (tmp.close() != 0) fail_unchanged("close of " + tmp_path + " failed", errno);
   if (::rename(tmp_path.c_str(), target.c_str()) != 0) fail_unchanged("rename of " + tmp_path + " failed", errno);
   tmp.commit();
@@ -435,7 +435,7 @@ void save_checkpoint(const std::string& path, const std::vector<float>& paramete
   if (folder.empty()) folder = ".";
   const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) fail("written, but cannot open folder " + folder + " to sync it (" + os_error(errno) + ")");
-  const int rc = ::fsync(dir);
+  const int rc = io.fsync(dir);
   const int err = errno;
   ::close(dir);
   // EINVAL: the file system cannot sync folders (some network and FUSE file systems); nothing to wait for.

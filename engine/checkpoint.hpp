@@ -17,6 +17,7 @@
 // every malformed byte sequence becomes a CheckpointError naming the file and the problem.
 #pragma once
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -74,9 +75,14 @@ struct Checkpoint {
   std::optional<TrainingState> state;  // absent in a parameters-only safetensors file
 };
 
-// Same contract as POSIX write(2): bytes written (possibly fewer than asked), or -1 with errno set.
-// A seam so tests can simulate a full disk; production code uses the overload without it (::write).
-using CheckpointWriteFunction = std::function<ssize_t(int fd, const void* data, size_t size)>;
+// The system calls through which a save reaches the disk, with POSIX's contracts: write(2) returns the
+// bytes written (possibly fewer than asked) or -1 with errno set; fsync(2) returns 0 or -1 with errno
+// set. A seam so tests can simulate a full disk or a failing sync; production code uses the overload
+// without it.
+struct CheckpointIo {
+  std::function<ssize_t(int fd, const void* data, size_t size)> write = ::write;
+  std::function<int(int fd)> fsync = ::fsync;
+};
 
 // Writes PATH.tmp.<pid>.<n> (PATH's name cut short where the folder's longest name needs it) in the same
 // folder, fsyncs it, renames it over `path`, fsyncs the folder.
@@ -85,7 +91,7 @@ using CheckpointWriteFunction = std::function<ssize_t(int fd, const void* data, 
 // `parameters` is not model::kNumParameters long or `state` is one load_checkpoint would reject.
 void save_checkpoint(const std::string& path, const std::vector<float>& parameters, const TrainingState& state);
 void save_checkpoint(const std::string& path, const std::vector<float>& parameters, const TrainingState& state,
-                     const CheckpointWriteFunction& write);
+                     const CheckpointIo& io);
 
 // For a signal handler about to end the process: removes the temporary file of a save in progress, if
 // any (the checkpoint at `path` stays as it was). Async-signal-safe: a lock-free atomic load and unlink(2).

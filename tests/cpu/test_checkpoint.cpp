@@ -459,7 +459,8 @@ TEST_F(CheckpointFiles, FailedWriteLeavesPreviousCheckpointIntactAndNoTemporaryF
   for (const size_t room : {size_t{0}, size_t{1}, size_t{8}, size_t(header_end), before.size() / 2, before.size() - 1}) {
     SCOPED_TRACE("room " + std::to_string(room));
     size_t written = 0;
-    const lenet::engine::CheckpointWriteFunction full_disk = [&](int fd, const void* data, size_t size) -> ssize_t {
+    lenet::engine::CheckpointIo full_disk;
+    full_disk.write = [&](int fd, const void* data, size_t size) -> ssize_t {
       if (written >= room) {
         errno = ENOSPC;
         return -1;
@@ -487,7 +488,8 @@ TEST_F(CheckpointFiles, SignalCleanupMidSaveRemovesTheTemporaryFileOnly) {
   lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
   const Bytes before = lenet::testing::read_bytes(path_);
   std::vector<std::string> during, after_cleanup;
-  const lenet::engine::CheckpointWriteFunction interrupted = [&](int fd, const void* data, size_t size) -> ssize_t {
+  lenet::engine::CheckpointIo interrupted;
+  interrupted.write = [&](int fd, const void* data, size_t size) -> ssize_t {
     if (during.empty()) {
       during = folder_entries();
       lenet::engine::remove_checkpoint_in_progress();
@@ -508,7 +510,8 @@ TEST_F(CheckpointFiles, SignalCleanupMidSaveRemovesTheTemporaryFileOnly) {
 
 TEST_F(CheckpointFiles, ShortWritesAndInterruptionsAreRetried) {
   int calls = 0;
-  const lenet::engine::CheckpointWriteFunction trickle = [&](int fd, const void* data, size_t size) -> ssize_t {
+  lenet::engine::CheckpointIo trickle;
+  trickle.write = [&](int fd, const void* data, size_t size) -> ssize_t {
     if (++calls % 3 == 1) {
       errno = EINTR;  // a signal arrived before anything was written
       return -1;
@@ -523,9 +526,93 @@ TEST_F(CheckpointFiles, ShortWritesAndInterruptionsAreRetried) {
 }
 
 TEST_F(CheckpointFiles, WriteThatMakesNoProgressFailsInsteadOfLooping) {
-  const lenet::engine::CheckpointWriteFunction stuck = [](int, const void*, size_t) -> ssize_t { return 0; };
+  lenet::engine::CheckpointIo stuck;
+  stuck.write = [](int, const void*, size_t) -> ssize_t { return 0; };
   EXPECT_THROW(lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state(), stuck), CheckpointError);
   EXPECT_TRUE(folder_entries().empty());
+}
+
+// What each fsync of a save sees: first the temporary file, complete, while `path` still holds the
+// previous checkpoint (its data is on disk before the rename makes it visible); then the folder, once
+// `path` holds the new one (the rename is durable).
+TEST_F(CheckpointFiles, SyncsTheCompleteFileBeforeTheRenameAndTheFolderAfterIt) {
+  lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
+  const Bytes before = lenet::testing::read_bytes(path_);
+  struct Sync {
+    bool folder;
+    off_t size;
+    Bytes at_path;
+  };
+  std::vector<Sync> syncs;
+  lenet::engine::CheckpointIo io;
+  io.fsync = [&](int fd) {
+    struct stat st {};
+    EXPECT_EQ(::fstat(fd, &st), 0);
+    syncs.push_back({S_ISDIR(st.st_mode), st.st_size, lenet::testing::read_bytes(path_)});
+    return ::fsync(fd);
+  };
+  lenet::engine::save_checkpoint(path_, lenet::model::init_parameters<float>(7), sample_state(), io);
+  const Bytes after = lenet::testing::read_bytes(path_);
+  ASSERT_NE(after, before);
+  ASSERT_EQ(syncs.size(), 2u);
+  EXPECT_FALSE(syncs[0].folder);
+  EXPECT_EQ(syncs[0].size, static_cast<off_t>(after.size())) << "the temporary file is synced once complete";
+  EXPECT_EQ(syncs[0].at_path, before) << "and before the rename";
+  EXPECT_TRUE(syncs[1].folder);
+  EXPECT_EQ(syncs[1].at_path, after) << "the folder is synced after the rename";
+}
+
+TEST_F(CheckpointFiles, FailedSyncOfTheFileLeavesPreviousCheckpointIntact) {
+  lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
+  const Bytes before = lenet::testing::read_bytes(path_);
+  lenet::engine::CheckpointIo io;
+  io.fsync = [](int) {
+    errno = EIO;
+    return -1;
+  };
+  try {
+    lenet::engine::save_checkpoint(path_, lenet::model::init_parameters<float>(7), sample_state(), io);
+    ADD_FAILURE() << "expected CheckpointError";
+  } catch (const CheckpointError& e) {
+    EXPECT_CONTAINS(e.what(), path_);
+    EXPECT_CONTAINS(e.what(), "fsync of");
+    EXPECT_CONTAINS(e.what(), std::strerror(EIO));
+    EXPECT_CONTAINS(e.what(), "the previous checkpoint, if any, is unchanged");
+  }
+  EXPECT_EQ(lenet::testing::read_bytes(path_), before);
+  EXPECT_EQ(folder_entries(), std::vector<std::string>{"model.safetensors"}) << "temporary file left behind";
+}
+
+// After the rename the new checkpoint is in place: a folder that cannot be synced is an error saying so,
+// except EINVAL, a file system that cannot sync folders at all (some network and FUSE ones).
+TEST_F(CheckpointFiles, FailedSyncOfTheFolderIsAnErrorUnlessFoldersCannotBeSynced) {
+  const std::vector<float> parameters = lenet::model::init_parameters<float>(7);
+  for (const int err : {EINVAL, EIO}) {
+    SCOPED_TRACE(std::strerror(err));
+    lenet::engine::CheckpointIo io;
+    io.fsync = [err](int fd) {
+      struct stat st {};
+      if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        errno = err;
+        return -1;
+      }
+      return ::fsync(fd);
+    };
+    if (err == EINVAL) {
+      lenet::engine::save_checkpoint(path_, parameters, sample_state(), io);
+    } else {
+      try {
+        lenet::engine::save_checkpoint(path_, parameters, sample_state(), io);
+        ADD_FAILURE() << "expected CheckpointError";
+      } catch (const CheckpointError& e) {
+        EXPECT_CONTAINS(e.what(), path_);
+        EXPECT_CONTAINS(e.what(), "written, but fsync of folder");
+        EXPECT_CONTAINS(e.what(), std::strerror(EIO));
+      }
+    }
+    expect_same_bits(lenet::engine::load_checkpoint(path_).parameters, parameters);
+    EXPECT_EQ(folder_entries(), std::vector<std::string>{"model.safetensors"});
+  }
 }
 
 TEST_F(CheckpointFiles, SavingIntoMissingFolderNamesThePath) {
