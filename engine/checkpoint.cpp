@@ -385,10 +385,6 @@ void remove_checkpoint_in_progress() noexcept {
   if (g_in_progress.load()) ::unlink(g_in_progress_path);
 }
 
-void save_checkpoint(const std::string& path, const std::vector<float>& parameters, const TrainingState& state) {
-  save_checkpoint(path, parameters, state, CheckpointIo{});
-}
-
 void save_checkpoint(const std::string& path, const std::vector<float>& parameters, const TrainingState& state,
                      const CheckpointIo& io) {
   const auto fail = [&](const std::string& problem) {

@@ -77,8 +77,7 @@ struct Checkpoint {
 
 // The system calls through which a save reaches the disk, with POSIX's contracts: write(2) returns the
 // bytes written (possibly fewer than asked) or -1 with errno set; fsync(2) returns 0 or -1 with errno
-// set. A seam so tests can simulate a full disk or a failing sync; production code uses the overload
-// without it.
+// set. A seam so tests can simulate a full disk or a failing sync; production code takes the default.
 struct CheckpointIo {
   std::function<ssize_t(int fd, const void* data, size_t size)> write = ::write;
   std::function<int(int fd)> fsync = ::fsync;
@@ -89,9 +88,8 @@ struct CheckpointIo {
 // Throws CheckpointError naming `path` and the OS error on any failure, after removing the temporary
 // file; `path` then still holds whatever it held before. Also throws, writing nothing, when
 // `parameters` is not model::kNumParameters long or `state` is one load_checkpoint would reject.
-void save_checkpoint(const std::string& path, const std::vector<float>& parameters, const TrainingState& state);
 void save_checkpoint(const std::string& path, const std::vector<float>& parameters, const TrainingState& state,
-                     const CheckpointIo& io);
+                     const CheckpointIo& io = {});
 
 // For a signal handler about to end the process: removes the temporary file of a save in progress, if
 // any (the checkpoint at `path` stays as it was). Async-signal-safe: a lock-free atomic load and unlink(2).
