@@ -147,11 +147,11 @@ CudaGraphBackend::CudaGraphBackend(const CudaPlacement& placement, const std::ve
       cuda::Capture capture(replicas_[0]->compute);
       enqueue_step(s);
       step_graphs_[static_cast<size_t>(s)] = capture.finish();
+      step_graphs_[static_cast<size_t>(s)].upload(replicas_[0]->compute.get());
     } catch (const cuda::CudaError& e) {
       throw cuda::CudaError(std::string("capturing the training step into a CUDA graph failed: ") + e.what() +
                             "; --mode naive trains without graphs");
     }
-    step_graphs_[static_cast<size_t>(s)].upload(replicas_[0]->compute.get());
   }
   synchronize();
 }

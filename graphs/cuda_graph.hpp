@@ -91,7 +91,10 @@ class GraphExec {
     std::swap(exec_, o.exec_);
     return *this;
   }
-  void upload(cudaStream_t stream) const { LENET_CUDA_CHECK(cudaGraphUpload(exec_, stream)); }
+  void upload(cudaStream_t stream) const {
+    DeviceGuard guard(device_);
+    LENET_CUDA_CHECK(cudaGraphUpload(exec_, stream));
+  }
   void launch(cudaStream_t stream) const { LENET_CUDA_CHECK(cudaGraphLaunch(exec_, stream)); }
   // Instantiations in this process so far.
   static long long& instantiations() {
