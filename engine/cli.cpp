@@ -18,17 +18,20 @@
 
 #include "engine/checkpoint.hpp"
 #include "engine/cpu_backend.hpp"
-#include "engine/cuda_graph_backend.hpp"
-#include "engine/cuda_naive_backend.hpp"
 #include "engine/cli_checks.hpp"
 #include "engine/cuda_probe.hpp"
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
-#include "graphs/cuda_check.hpp"
+#include "graphs/cuda_error.hpp"
 #include "io/dataset.hpp"
 #include "io/sampler.hpp"
 #include "model/gemm.hpp"
 #include "model/lenet.hpp"
+
+#if LENET_HAVE_CUDA
+#include "engine/cuda_graph_backend.hpp"
+#include "engine/cuda_naive_backend.hpp"
+#endif
 
 namespace lenet::engine {
 namespace {
@@ -70,6 +73,7 @@ std::unique_ptr<Backend> make_cpu_backend(const CliOptions& o, const std::vector
   return std::make_unique<CpuBackend>(o.replicas.value_or(o.num_gpus.value_or(1)), start);
 }
 
+#if LENET_HAVE_CUDA
 std::unique_ptr<Backend> make_cuda_backend(const CliOptions& o, const CudaProbe& probe, const io::FashionMnist& data,
                                            const std::vector<float>& start, std::ostream& notice) {
   const int visible = probe.devices;
@@ -100,6 +104,12 @@ std::unique_ptr<Backend> make_cuda_backend(const CliOptions& o, const CudaProbe&
     for (const std::string& line : report) notice << kProgram << ": " << line << std::endl;
   return backend;
 }
+#else
+std::unique_ptr<Backend> make_cuda_backend(const CliOptions&, const CudaProbe&, const io::FashionMnist&,
+                                           const std::vector<float>&, std::ostream&) {
+  throw std::logic_error("make_cuda_backend in a build without CUDA, whose probe finds no device");
+}
+#endif
 
 }  // namespace
 

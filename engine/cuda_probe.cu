@@ -6,11 +6,6 @@
 
 namespace lenet::engine {
 
-std::string CudaProbe::describe() const {
-  if (status == 0) return std::to_string(devices) + (devices == 1 ? " CUDA device" : " CUDA devices");
-  return "cudaGetDeviceCount: " + status_name + " (" + std::to_string(status) + ")";
-}
-
 CudaProbe probe_cuda() {
   CudaProbe p;
   int count = 0;  // left untouched on error

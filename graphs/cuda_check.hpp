@@ -5,15 +5,11 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
-#include <stdexcept>
 #include <string>
 
-namespace lenet::cuda {
+#include "graphs/cuda_error.hpp"
 
-class CudaError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+namespace lenet::cuda {
 
 // What the user can do about an error, when there is something to say.
 inline constexpr const char* kOutOfDeviceMemoryHint =

@@ -18,10 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/cpu_backend.hpp"
-#include "engine/cuda_graph_backend.hpp"
-#include "engine/cuda_naive_backend.hpp"
 #include "engine/cuda_probe.hpp"
-#include "engine/cuda_ring.hpp"
 #include "engine/gemm_kernels.hpp"
 #include "engine/cli_checks.hpp"
 #include "engine/numbers.hpp"
@@ -29,10 +26,16 @@
 #include "engine/read_file.hpp"
 #include "io/dataset.hpp"
 #include "io/sampler.hpp"
-#include "model/cuda_memory.hpp"
 #include "model/lenet.hpp"
 #include "profiling/bench_model.hpp"
 #include "profiling/cupti_trace.hpp"
+
+#if LENET_HAVE_CUDA
+#include "engine/cuda_graph_backend.hpp"
+#include "engine/cuda_naive_backend.hpp"
+#include "engine/cuda_ring.hpp"
+#include "model/cuda_memory.hpp"
+#endif
 
 namespace {
 
@@ -59,10 +62,13 @@ struct Options {
   std::vector<std::string> peers;
 };
 
-std::unique_ptr<engine::Backend> make_backend(const std::string& mode, int replicas, int num_gpus,
-                                              const io::FashionMnist& data, const Options& o) {
+std::unique_ptr<engine::Backend> make_backend(const std::string& mode, int replicas, [[maybe_unused]] int num_gpus,
+                                              [[maybe_unused]] const io::FashionMnist& data, const Options& o) {
   const std::vector<float> start = model::init_parameters<float>(o.seed);
   if (mode == "cpu") return std::make_unique<engine::CpuBackend>(replicas, start);
+#if !LENET_HAVE_CUDA
+  throw std::logic_error("lenet-bench: " + mode + " mode in a build without CUDA");
+#else
   engine::CudaPlacement p;
   p.num_gpus = std::min(num_gpus, replicas);
   p.replicas = replicas;
@@ -70,6 +76,7 @@ std::unique_ptr<engine::Backend> make_backend(const std::string& mode, int repli
   p.eval_batch_rows = engine::minibatch_sizes(data.test.size(), o.batch_size);
   if (mode == "naive") return std::make_unique<engine::CudaNaiveBackend>(p, start);
   return std::make_unique<engine::CudaGraphBackend>(p, start);
+#endif
 }
 
 struct EpochRun {
@@ -189,6 +196,7 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
   return row;
 }
 
+#if LENET_HAVE_CUDA
 // The allreduce alone: R members sharing the visible GPUs, ring (captured, as graph mode runs it) and
 // textbook (synchronous gather to member 0 and copy back, as naive mode runs it).
 nlohmann::json bench_allreduce(const Options& o, int num_gpus, std::ostream& out) {
@@ -322,6 +330,7 @@ nlohmann::json project(const io::FashionMnist& data, const Options& o, double me
   }
   return rows;
 }
+#endif  // LENET_HAVE_CUDA
 
 }  // namespace
 
@@ -498,6 +507,7 @@ int main(int argc, char** argv) {
     const double flops = model::train_flops_per_example() * double(data.train.size());
     out["floor"] = {{"flops_per_epoch", flops}};
     md << "\nArithmetic floor: " << flops / 1e12 << " TFLOP per epoch (forward and backward, a multiply-add as two)";
+#if LENET_HAVE_CUDA  // else no GPU mode got this far
     if (wants_gpu) {
       cudaDeviceProp prop{};
       int clock_khz = 0;
@@ -527,6 +537,9 @@ int main(int argc, char** argv) {
         }
     }
     if (!o.no_projection && wants_gpu) out["projection"] = project(data, o, step_latency, md);
+#else
+    md << ".\n";
+#endif
     // On stdout, unless --json or --markdown writes there: stdout then holds that file's text alone.
     const bool stdout_taken = engine::standard_stream_of(o.json_path) == &std::cout ||
                               engine::standard_stream_of(o.markdown_path) == &std::cout;

@@ -1,15 +1,26 @@
 // NVTX ranges in the `lenet` domain, so an Nsight Systems timeline reads like the algorithm (epoch,
 // step, h2d, forward, backward, allreduce, update, eval). Header-only; costs a branch when no tool is
-// attached, and nothing with NVTX_DISABLE.
+// attached, and nothing with NVTX_DISABLE or in a build without CUDA (NVTX comes with the toolkit).
 #pragma once
+#ifndef LENET_HAVE_CUDA
+#error "LENET_HAVE_CUDA is not defined (the top CMakeLists.txt defines it as 1 or 0)"
+#endif
+#if LENET_HAVE_CUDA
 #include <nvtx3/nvtx3.hpp>
+#endif
 
 namespace lenet::profiling {
 
+#if LENET_HAVE_CUDA
 struct LenetDomain {
   static constexpr const char* name{"lenet"};
 };
 
 using Range = nvtx3::scoped_range_in<LenetDomain>;
+#else
+struct Range {
+  explicit Range(const char*) {}
+};
+#endif
 
 }  // namespace lenet::profiling

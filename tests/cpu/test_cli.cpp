@@ -108,6 +108,19 @@ TEST_F(Cli, BackendCudaWithoutDeviceIsAUsageError) {
   expect_usage_error("--backend cuda", "--backend cuda: no CUDA device answers");
 }
 
+// A build configured with -DLENET_WITH_CUDA=OFF says so where a user looks: --version, --backend cuda's
+// refusal and --backend auto's notice.
+TEST_F(Cli, BuildWithoutCudaSaysSo) {
+  if (LENET_HAVE_CUDA) GTEST_SKIP() << "this build has CUDA";
+  EXPECT_NE(run("--version").out.find("(no CUDA; CPU GEMM "), std::string::npos);
+  expect_usage_error("--backend cuda", "--backend cuda: no CUDA device answers (this build has no CUDA: it was "
+                                       "configured with -DLENET_WITH_CUDA=OFF)");
+  const Result r = run("--quiet --epochs 1 --train-limit 64 --test-limit 64");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("(this build has no CUDA: it was configured with -DLENET_WITH_CUDA=OFF); training on the CPU"),
+            std::string::npos) << r.err;
+}
+
 // --backend auto without a GPU says it trains on the CPU, once the run is certain: a refused run's
 // stderr is its one error line.
 TEST_F(Cli, AutoBackendNoticeOnlyWhenTraining) {
