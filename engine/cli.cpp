@@ -23,6 +23,7 @@
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
 #include "graphs/cuda_error.hpp"
+#include "graphs/have_cuda.hpp"
 #include "io/dataset.hpp"
 #include "io/sampler.hpp"
 #include "model/gemm.hpp"

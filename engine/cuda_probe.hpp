@@ -3,11 +3,6 @@
 #pragma once
 #include <string>
 
-// Code that includes this header asks whether the build has CUDA; it must not guess 0.
-#ifndef LENET_HAVE_CUDA
-#error "LENET_HAVE_CUDA is not defined (the top CMakeLists.txt defines it as 1 or 0)"
-#endif
-
 namespace lenet::engine {
 
 struct CudaProbe {

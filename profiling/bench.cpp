@@ -29,6 +29,7 @@
 #include "model/lenet.hpp"
 #include "profiling/bench_model.hpp"
 #include "profiling/cupti_trace.hpp"
+#include "graphs/have_cuda.hpp"
 
 #if LENET_HAVE_CUDA
 #include "engine/cuda_graph_backend.hpp"
@@ -47,7 +48,8 @@ void say(const std::string& message) { engine::say("lenet-bench", message); }
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 struct Options {
-  std::vector<std::string> modes = {"naive", "graph"};
+  // A build without CUDA benchmarks what it has.
+  std::vector<std::string> modes = LENET_HAVE_CUDA ? std::vector<std::string>{"naive", "graph"} : std::vector<std::string>{"cpu"};
   std::vector<int> replicas = {1, 2, 4};
   int batch_size = 256;
   double lr = 0.2;
@@ -524,7 +526,9 @@ int main(int argc, char** argv) {
            << " GHz)";
       }
     }
+#endif
     md << ".\n";
+#if LENET_HAVE_CUDA
     double step_latency = 0;
     if (!o.no_allreduce && wants_gpu) {
       out["allreduce"] = bench_allreduce(o, num_gpus, md);
@@ -537,8 +541,6 @@ int main(int argc, char** argv) {
         }
     }
     if (!o.no_projection && wants_gpu) out["projection"] = project(data, o, step_latency, md);
-#else
-    md << ".\n";
 #endif
     // On stdout, unless --json or --markdown writes there: stdout then holds that file's text alone.
     const bool stdout_taken = engine::standard_stream_of(o.json_path) == &std::cout ||

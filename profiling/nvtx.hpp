@@ -2,9 +2,7 @@
 // step, h2d, forward, backward, allreduce, update, eval). Header-only; costs a branch when no tool is
 // attached, and nothing with NVTX_DISABLE or in a build without CUDA (NVTX comes with the toolkit).
 #pragma once
-#ifndef LENET_HAVE_CUDA
-#error "LENET_HAVE_CUDA is not defined (the top CMakeLists.txt defines it as 1 or 0)"
-#endif
+#include "graphs/have_cuda.hpp"
 #if LENET_HAVE_CUDA
 #include <nvtx3/nvtx3.hpp>
 #endif

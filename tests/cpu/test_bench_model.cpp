@@ -330,6 +330,17 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   }
 }
 
+// With no --modes, a build without CUDA benchmarks the CPU backend (a CUDA build, naive and graph mode).
+TEST_F(BenchTool, BuildWithoutCudaBenchmarksTheCpuByDefault) {
+  if (LENET_HAVE_CUDA) GTEST_SKIP() << "this build has CUDA";
+  const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --replicas 1 --train-limit 256 "
+                          "--test-limit 64 --epochs 1 --json /dev/stdout >'" + (dir_ / "out").string() + "' 2>/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const nlohmann::json j = nlohmann::json::parse(lenet::testing::slurp(dir_ / "out"));
+  ASSERT_EQ(j["rows"].size(), 1u);
+  EXPECT_EQ(j["rows"][0]["name"], "cpu R=1");
+}
+
 TEST_F(BenchTool, GpuModesWithoutDeviceIsAUsageError) {
   const lenet::engine::CudaProbe probe = lenet::engine::probe_cuda();
   if (!probe.no_device()) GTEST_SKIP() << "a CUDA device answers";
