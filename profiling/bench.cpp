@@ -24,12 +24,12 @@
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
 #include "engine/read_file.hpp"
+#include "graphs/have_cuda.hpp"
 #include "io/dataset.hpp"
 #include "io/sampler.hpp"
 #include "model/lenet.hpp"
 #include "profiling/bench_model.hpp"
 #include "profiling/cupti_trace.hpp"
-#include "graphs/have_cuda.hpp"
 
 #if LENET_HAVE_CUDA
 #include "engine/cuda_graph_backend.hpp"
@@ -48,8 +48,8 @@ void say(const std::string& message) { engine::say("lenet-bench", message); }
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 struct Options {
-  // A build without CUDA benchmarks what it has.
-  std::vector<std::string> modes = LENET_HAVE_CUDA ? std::vector<std::string>{"naive", "graph"} : std::vector<std::string>{"cpu"};
+  std::vector<std::string> modes = LENET_HAVE_CUDA ? std::vector<std::string>{"naive", "graph"}
+                                                   : std::vector<std::string>{"cpu"};  // what a build without CUDA has
   std::vector<int> replicas = {1, 2, 4};
   int batch_size = 256;
   double lr = 0.2;
