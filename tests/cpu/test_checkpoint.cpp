@@ -106,6 +106,18 @@ TrainingState sample_state_after_epoch(int epoch) {
   return s;
 }
 
+// The message of the CheckpointError a save throws; a test failure, and "", when it throws none.
+std::string save_error(const std::string& path, const std::vector<float>& parameters, const TrainingState& state,
+                       const lenet::engine::CheckpointIo& io = {}) {
+  try {
+    lenet::engine::save_checkpoint(path, parameters, state, io);
+  } catch (const CheckpointError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected CheckpointError";
+  return "";
+}
+
 void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(bits_of(a[i]), bits_of(b[i])) << "parameter " << i;
@@ -400,12 +412,7 @@ TEST_F(CheckpointFiles, SavingThroughASymbolicLinkWritesTheFileItNames) {
 TEST_F(CheckpointFiles, SavingOverSomethingNotARegularFileIsRefused) {
   const std::string fifo = (dir_ / "pipe").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
-  try {
-    lenet::engine::save_checkpoint(fifo, sample_parameters(), sample_state());
-    ADD_FAILURE() << "expected CheckpointError";
-  } catch (const CheckpointError& e) {
-    EXPECT_CONTAINS(e.what(), fifo + ": cannot save checkpoint: not a regular file");
-  }
+  EXPECT_CONTAINS(save_error(fifo, sample_parameters(), sample_state()), fifo + ": cannot save checkpoint: not a regular file");
   EXPECT_EQ(std::filesystem::status(fifo).type(), std::filesystem::file_type::fifo);
   EXPECT_EQ(folder_entries(), std::vector<std::string>{"pipe"});
 }
@@ -470,13 +477,9 @@ TEST_F(CheckpointFiles, FailedWriteLeavesPreviousCheckpointIntactAndNoTemporaryF
       return n;
     };
     const TrainingState other = sample_state_after_epoch(9);
-    try {
-      lenet::engine::save_checkpoint(path_, lenet::model::init_parameters<float>(99), other, full_disk);
-      ADD_FAILURE() << "expected CheckpointError";
-    } catch (const CheckpointError& e) {
-      EXPECT_CONTAINS(e.what(), path_);
-      EXPECT_CONTAINS(e.what(), std::strerror(ENOSPC));
-    }
+    const std::string error = save_error(path_, lenet::model::init_parameters<float>(99), other, full_disk);
+    EXPECT_CONTAINS(error, path_);
+    EXPECT_CONTAINS(error, std::strerror(ENOSPC));
     EXPECT_EQ(lenet::testing::read_bytes(path_), before) << "the previous checkpoint must be unchanged, byte for byte";
     EXPECT_EQ(folder_entries(), std::vector<std::string>{"model.safetensors"}) << "temporary file left behind";
   }
@@ -570,15 +573,11 @@ TEST_F(CheckpointFiles, FailedSyncOfTheFileLeavesPreviousCheckpointIntact) {
     errno = EIO;
     return -1;
   };
-  try {
-    lenet::engine::save_checkpoint(path_, lenet::model::init_parameters<float>(7), sample_state(), io);
-    ADD_FAILURE() << "expected CheckpointError";
-  } catch (const CheckpointError& e) {
-    EXPECT_CONTAINS(e.what(), path_);
-    EXPECT_CONTAINS(e.what(), "fsync of");
-    EXPECT_CONTAINS(e.what(), std::strerror(EIO));
-    EXPECT_CONTAINS(e.what(), "the previous checkpoint, if any, is unchanged");
-  }
+  const std::string error = save_error(path_, lenet::model::init_parameters<float>(7), sample_state(), io);
+  EXPECT_CONTAINS(error, path_);
+  EXPECT_CONTAINS(error, "fsync of");
+  EXPECT_CONTAINS(error, std::strerror(EIO));
+  EXPECT_CONTAINS(error, "the previous checkpoint, if any, is unchanged");
   EXPECT_EQ(lenet::testing::read_bytes(path_), before);
   EXPECT_EQ(folder_entries(), std::vector<std::string>{"model.safetensors"}) << "temporary file left behind";
 }
@@ -601,14 +600,10 @@ TEST_F(CheckpointFiles, FailedSyncOfTheFolderIsAnErrorUnlessFoldersCannotBeSynce
     if (err == EINVAL) {
       lenet::engine::save_checkpoint(path_, parameters, sample_state(), io);
     } else {
-      try {
-        lenet::engine::save_checkpoint(path_, parameters, sample_state(), io);
-        ADD_FAILURE() << "expected CheckpointError";
-      } catch (const CheckpointError& e) {
-        EXPECT_CONTAINS(e.what(), path_);
-        EXPECT_CONTAINS(e.what(), "written, but fsync of folder");
-        EXPECT_CONTAINS(e.what(), std::strerror(EIO));
-      }
+      const std::string error = save_error(path_, parameters, sample_state(), io);
+      EXPECT_CONTAINS(error, path_);
+      EXPECT_CONTAINS(error, "written, but fsync of folder");
+      EXPECT_CONTAINS(error, std::strerror(EIO));
     }
     expect_same_bits(lenet::engine::load_checkpoint(path_).parameters, parameters);
     EXPECT_EQ(folder_entries(), std::vector<std::string>{"model.safetensors"});
@@ -617,13 +612,9 @@ TEST_F(CheckpointFiles, FailedSyncOfTheFolderIsAnErrorUnlessFoldersCannotBeSynce
 
 TEST_F(CheckpointFiles, SavingIntoMissingFolderNamesThePath) {
   const std::string path = (dir_ / "no_such_folder" / "model.safetensors").string();
-  try {
-    lenet::engine::save_checkpoint(path, sample_parameters(), sample_state());
-    ADD_FAILURE() << "expected CheckpointError";
-  } catch (const CheckpointError& e) {
-    EXPECT_CONTAINS(e.what(), path);
-    EXPECT_CONTAINS(e.what(), std::strerror(ENOENT));
-  }
+  const std::string error = save_error(path, sample_parameters(), sample_state());
+  EXPECT_CONTAINS(error, path);
+  EXPECT_CONTAINS(error, std::strerror(ENOENT));
   EXPECT_TRUE(folder_entries().empty());
 }
 
@@ -637,13 +628,9 @@ TEST_F(CheckpointFiles, SavingIntoTheCurrentFolderByBareName) {
 
 TEST_F(CheckpointFiles, SaveRejectsWrongParameterCountAndUnresumableStateWritingNothing) {
   std::vector<float> short_params(kNumParameters - 1, 0.0f);
-  try {
-    lenet::engine::save_checkpoint(path_, short_params, sample_state());
-    ADD_FAILURE() << "expected CheckpointError";
-  } catch (const CheckpointError& e) {
-    EXPECT_CONTAINS(e.what(), path_);
-    EXPECT_CONTAINS(e.what(), std::to_string(kNumParameters));
-  }
+  const std::string error = save_error(path_, short_params, sample_state());
+  EXPECT_CONTAINS(error, path_);
+  EXPECT_CONTAINS(error, std::to_string(kNumParameters));
   const std::vector<std::pair<std::string, std::function<void(TrainingState&)>>> bad = {
       {"epochs", [](TrainingState& s) { s.epochs = 0; }},
       {"epoch", [](TrainingState& s) { s.epoch = s.epochs + 1; }},
@@ -674,12 +661,7 @@ TEST_F(CheckpointFiles, SaveRejectsWrongParameterCountAndUnresumableStateWriting
   for (const auto& [field, spoil] : bad) {
     TrainingState s = sample_state();
     spoil(s);
-    try {
-      lenet::engine::save_checkpoint(path_, sample_parameters(), s);
-      ADD_FAILURE() << "expected CheckpointError for " << field;
-    } catch (const CheckpointError& e) {
-      EXPECT_CONTAINS(e.what(), field);
-    }
+    EXPECT_CONTAINS(save_error(path_, sample_parameters(), s), field) << " for " << field;
   }
   EXPECT_TRUE(folder_entries().empty());
 }
