@@ -61,6 +61,7 @@ float get_le_float(const uint8_t* p) {
 
 // ---- the training state as metadata strings -------------------------------------------------------
 
+std::string quoted(const std::string& s) { return nlohmann::json(s).dump(); }
 
 // The reason `state` cannot be resumed from, or empty. One rule for saving and loading, so the saver
 // never writes a file the loader rejects.
@@ -100,10 +101,13 @@ std::string state_problem(const TrainingState& s) {
     return "epoch_loss_sum, epoch_correct and epoch_seconds do not fit " + std::to_string(into_epoch) +
            " steps into an epoch";
   }
+  const bool recorded = !s.backend.empty() || !s.mode.empty();
+  if (recorded && !(s.backend == "cpu" ? s.mode == "cpu" : s.backend == "cuda" && (s.mode == "naive" || s.mode == "graph"))) {
+    return "backend " + quoted(s.backend) + " with mode " + quoted(s.mode) +
+           " is none of cpu with cpu, cuda with naive, cuda with graph";
+  }
   return "";
 }
-
-std::string quoted(const std::string& s) { return nlohmann::json(s).dump(); }
 
 // Bytes from the file, safe for a terminal: anything but printable ASCII as \xNN.
 std::string printable(const std::string& s) {
@@ -261,6 +265,10 @@ class HeaderReader {
     if (meta.contains("test_examples") && (s.test_examples = u64_field(meta, "test_examples")) == 0)
       fail("__metadata__ test_examples is 0, must be at least 1");
     if (meta.contains("train_fingerprint")) s.train_fingerprint = u64_field(meta, "train_fingerprint");
+    if (meta.contains("backend") || meta.contains("mode")) {
+      s.backend = field(meta, "backend");
+      s.mode = field(meta, "mode");
+    }
     s.epoch_so_far.loss_sum = double_field(meta, "epoch_loss_sum");
     s.epoch_so_far.correct = u64_field(meta, "epoch_correct");
     s.epoch_so_far.seconds = double_field(meta, "epoch_seconds");
@@ -314,6 +322,10 @@ std::vector<uint8_t> encode(const std::vector<float>& parameters, const Training
   meta["train_examples"] = std::to_string(state.train_examples);
   if (state.test_examples != 0) meta["test_examples"] = std::to_string(state.test_examples);
   if (state.train_fingerprint) meta["train_fingerprint"] = std::to_string(*state.train_fingerprint);
+  if (!state.backend.empty() || !state.mode.empty()) {
+    meta["backend"] = state.backend;
+    meta["mode"] = state.mode;
+  }
   meta["epoch_loss_sum"] = format_double(state.epoch_so_far.loss_sum);
   meta["epoch_correct"] = std::to_string(state.epoch_so_far.correct);
   meta["epoch_seconds"] = format_double(state.epoch_so_far.seconds);

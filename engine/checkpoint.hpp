@@ -36,8 +36,8 @@ class CheckpointError : public std::runtime_error {
 
 // The value of __metadata__["format"]; a reader of another layout must change the version. Version 1
 // (no epoch_* or train_examples fields; the same tensors) loads as parameters only; any other version
-// is rejected (a newer lenet-dp wrote it). Within version 2, "test_examples" is optional (added later;
-// older readers ignore metadata they do not know).
+// is rejected (a newer lenet-dp wrote it). Within version 2, "test_examples", "train_fingerprint",
+// "backend" and "mode" are optional (added later; older readers ignore metadata they do not know).
 constexpr const char* kCheckpointFormatName = "lenet-dp checkpoint";
 constexpr const char* kCheckpointFormat = "lenet-dp checkpoint 2";
 constexpr const char* kCheckpointFormatParametersOnly = "lenet-dp checkpoint 1";
@@ -68,6 +68,9 @@ struct TrainingState {
   uint64_t test_examples = 0;  // the test set's size (after --test-limit); 0: not recorded (optional field)
   // io::Split::fingerprint() of the training examples used; absent: not recorded (optional field).
   std::optional<uint64_t> train_fingerprint = std::nullopt;
+  // What trained it, as Backend::name() and mode() say: "cpu" and "cpu", or "cuda" and "naive" or "graph"
+  // (their sums round differently). Both empty: not recorded (optional fields, written together).
+  std::string backend = "", mode = "";
 };
 
 struct Checkpoint {

@@ -134,9 +134,9 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
                  "Passes over the training set (with --resume, in all; default: the interrupted run's)")
       ->check(decimal(0))
       ->capture_default_str();
-  app.add_option("--backend", o.backend, "auto: CUDA when a device answers, else the CPU")
+  app.add_option("--backend", o.backend, "auto: CUDA when a device answers, else the CPU (--resume: cpu after a CPU run)")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str();
-  app.add_option("--mode", o.mode, "CUDA mode: naive (the textbook algorithm) or graph (CUDA graphs, ring allreduce)")
+  app.add_option("--mode", o.mode, "CUDA mode: naive (the textbook algorithm) or graph (CUDA graphs, ring allreduce; --resume: the run's)")
       ->check(CLI::IsMember({"naive", "graph"}))->capture_default_str();
   app.add_option("--seed", seed, "Seed of the initial parameters and of every epoch's shuffle (0..2^64-1)")
       ->capture_default_str()
@@ -179,6 +179,8 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   o.seed_given = app.count("--seed") > 0;
   o.lr_given = app.count("--lr") > 0;
   o.batch_given = app.count("--batch-size") > 0;
+  o.backend_given = app.count("--backend") > 0;
+  o.mode_given = app.count("--mode") > 0;
   if (app.count("--replicas")) o.replicas = replicas;
   o.train_limit = static_cast<size_t>(train_limit);
   o.test_limit = static_cast<size_t>(test_limit);
@@ -260,9 +262,15 @@ std::string shell_word(const std::string& word) {
   return quoted + "'";
 }
 
+// "on the CPU", "on CUDA in graph mode": a backend and mode as Backend::name() and mode() give them.
+std::string engine_text(const std::string& backend, const std::string& mode) {
+  return backend == "cpu" ? "on the CPU" : "on CUDA in " + mode + " mode";
+}
+
 // The command that continues a stopped run: --resume and the flags given that the checkpoint does not
-// record (where the data is, always: LENET_DATA_DIR may say otherwise where the command is pasted; which
-// backend and mode; how many GPUs; where the metrics and the display go). On the CPU --num-gpus only set
+// record (where the data is, always: LENET_DATA_DIR may say otherwise where the command is pasted; how
+// many GPUs; where the metrics and the display go) or records as defaults only (the backend and mode, as
+// given: a --backend cuda run's checkpoint would let an auto resume fall back to the CPU). On the CPU --num-gpus only set
 // the replica count, which the checkpoint records. Paths are absolute, so that the command works from any
 // folder. Empty where a word holds a control character: a message shows it escaped, and the command would
 // no longer name the same file.
@@ -304,6 +312,10 @@ void apply_resume_state(CliOptions& o, const TrainingState& st) {
   o.train.batch_size = st.batch_size;
   o.replicas = st.replicas;
   if (!o.epochs_given) o.train.epochs = st.epochs;
+  // Its backend and mode too, unless flags say otherwise (another one's sums round differently): a CPU
+  // run stays on the CPU; a CUDA run keeps its mode, on a GPU when one answers (--backend auto).
+  if (st.backend == "cpu" && !o.backend_given) o.backend = "cpu";
+  if (st.backend == "cuda" && !o.mode_given) o.mode = st.mode;
   // The first train_examples and test_examples examples, as the interrupted run had: another
   // --train-limit would give other minibatches than the saved step count means, another --test-limit
   // metrics that do not compare; a checkpoint that does not record the test set's size takes the flag
@@ -479,6 +491,12 @@ int run_cli(int argc, const char* const* argv) {
     // metrics file, and refuses a named pipe without a reader, after it).
     if (o.backend == "auto" && !use_cuda)
       say("no CUDA device answers (" + probe.describe() + "); training on the CPU");
+    if (const TrainingState* st = o.resume_path.empty() ? nullptr : &*checkpoint->state;
+        st && !st->backend.empty() && (st->backend != backend->name() || st->mode != backend->mode())) {
+      say("--resume " + o.resume_path + ": the interrupted run trained " + engine_text(st->backend, st->mode) +
+          " and this one trains " + engine_text(backend->name(), backend->mode()) +
+          ", whose sums round differently: the final parameters can differ in their last bits from an uninterrupted run's");
+    }
 
     if (o.train.epochs == 0) {  // --epochs 0 --load FILE: evaluate only
       const double acc = static_cast<double>(backend->count_correct(data.test, o.train.batch_size)) /
@@ -492,7 +510,7 @@ int run_cli(int argc, const char* const* argv) {
       o.train.checkpoint = [&, replicas](int completed_epochs, uint64_t steps, const EpochSoFar& so_far) {
         save_checkpoint(o.save_path, backend->parameters(0),
                         {completed_epochs, o.train.epochs, o.train.seed, steps, o.train.lr, o.train.batch_size, replicas,
-                         data.train.size(), so_far, data.test.size(), fingerprint});
+                         data.train.size(), so_far, data.test.size(), fingerprint, backend->name(), backend->mode()});
         saved = true;
       };
     }

@@ -21,8 +21,10 @@ struct CliOptions {
   std::string save_path;    // --save: checkpoint after every epoch and when stopped
   std::string load_path;    // --load: start from a checkpoint's parameters
   std::string resume_path;  // --resume: continue a checkpointed run where it stopped
-  // Which of the flags a checkpoint also records were given (a resumed run must not contradict them).
+  // Which of the flags a checkpoint also records were given (a resumed run must not contradict them,
+  // but for the backend and the mode, which it takes only as defaults).
   bool epochs_given = false, seed_given = false, lr_given = false, batch_given = false;
+  bool backend_given = false, mode_given = false;
 };
 
 // Parses and validates argv. Throws UsageError with a one-line message; returns nullopt when --help or

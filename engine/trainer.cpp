@@ -185,10 +185,10 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
       examples += batch.rows;
       bar.step(e + 1, b + 1, batches, examples, seconds_since(t0));
       // A stop after an epoch's last step waits for the epoch's evaluation, metrics and checkpoint below.
-      if (b + 1 < batches && stop_signal() != 0) {
+      if (const int signal = b + 1 < batches ? stop_signal() : 0; signal != 0) {
         const EpochSoFar so_far = epoch_so_far();
         if (options.checkpoint) options.checkpoint(e, step, so_far);
-        throw TrainingStopped(stop_signal(), "in epoch " + std::to_string(e + 1) + " after " + step_text(step));
+        throw TrainingStopped(signal, "in epoch " + std::to_string(e + 1) + " after " + step_text(step));
       }
     }
     const EpochSoFar whole = epoch_so_far();
@@ -214,7 +214,8 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
         throw io::DataError(failed + " (--metrics)");
     }
     result.epochs.push_back(m);
-    if (e + 1 < options.epochs && stop_signal() != 0) throw TrainingStopped(stop_signal(), "after epoch " + std::to_string(e + 1));
+    if (const int signal = e + 1 < options.epochs ? stop_signal() : 0; signal != 0)
+      throw TrainingStopped(signal, "after epoch " + std::to_string(e + 1));
   }
   double total = 0;
   for (const EpochMetrics& m : result.epochs) total += m.epoch_seconds;

@@ -1,8 +1,9 @@
-// Shared by the tests that compare backends: the first minibatches of epoch 0 of a seeded shuffle, and
-// the Euclidean distance between two parameter vectors.
+// Shared by the tests that compare backends: the first minibatches of epoch 0 of a seeded shuffle, the
+// Euclidean distance between two parameter vectors, and their bit patterns.
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -23,10 +24,19 @@ inline void train_epoch0(engine::Backend& b, const io::Split& data, int batch, u
   }
 }
 
+// Infinite for vectors of different sizes: a backend that returned too few parameters is not close.
 inline double distance(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
   double s = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) s += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+  for (size_t i = 0; i < a.size(); ++i) s += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
   return std::sqrt(s);
+}
+
+// What "bitwise identical" compares: with EXPECT_EQ, -0 differs from +0 and a NaN equals itself.
+inline std::vector<uint32_t> bits(const std::vector<float>& v) {
+  std::vector<uint32_t> b(v.size());
+  if (!v.empty()) std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
 }
 
 }  // namespace lenet::testing

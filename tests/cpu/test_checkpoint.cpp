@@ -94,6 +94,8 @@ TrainingState sample_state() {
   s.train_examples = kSampleBatches * 256;
   s.test_examples = 9999;
   s.train_fingerprint = 0xcbf29ce484222325ull;  // above 2^63 too
+  s.backend = "cuda";
+  s.mode = "naive";
   s.epoch_so_far = {1000.0 / 3.0, 255, 0.1 + 0.7};  // the doubles' shortest round trips need 17 digits
   return s;
 }
@@ -141,6 +143,8 @@ void expect_same_state(const std::optional<TrainingState>& loaded, const Trainin
   EXPECT_EQ(a.train_examples, b.train_examples);
   EXPECT_EQ(a.test_examples, b.test_examples);
   EXPECT_EQ(a.train_fingerprint, b.train_fingerprint);
+  EXPECT_EQ(a.backend, b.backend);
+  EXPECT_EQ(a.mode, b.mode);
   EXPECT_EQ(bits(a.epoch_so_far.loss_sum), bits(b.epoch_so_far.loss_sum));
   EXPECT_EQ(a.epoch_so_far.correct, b.epoch_so_far.correct);
   EXPECT_EQ(bits(a.epoch_so_far.seconds), bits(b.epoch_so_far.seconds));
@@ -277,6 +281,8 @@ TEST_F(CheckpointFiles, IndependentReaderFindsSafetensorsLayout) {
   EXPECT_EQ(meta.at("train_examples"), "576460752303423488");
   EXPECT_EQ(meta.at("test_examples"), "9999");
   EXPECT_EQ(meta.at("train_fingerprint"), "14695981039346656037");
+  EXPECT_EQ(meta.at("backend"), "cuda");
+  EXPECT_EQ(meta.at("mode"), "naive");
   EXPECT_EQ(std::stod(meta.at("epoch_loss_sum").get<std::string>()), 1000.0 / 3.0);
   EXPECT_EQ(meta.at("epoch_correct"), "255");
   EXPECT_EQ(std::stod(meta.at("epoch_seconds").get<std::string>()), 0.1 + 0.7);
@@ -657,6 +663,11 @@ TEST_F(CheckpointFiles, SaveRejectsWrongParameterCountAndUnresumableStateWriting
       {"do not fit 0 steps", [](TrainingState& s) { s.step = uint64_t(s.epoch) * kSampleBatches, s.epoch_so_far = {1.0, 0, 0}; }},
       {"do not fit 0 steps", [](TrainingState& s) { s.step = uint64_t(s.epoch) * kSampleBatches, s.epoch_so_far = {0, 1, 0}; }},
       {"do not fit 0 steps", [](TrainingState& s) { s.step = uint64_t(s.epoch) * kSampleBatches, s.epoch_so_far = {0, 0, 1.0}; }},
+      // A backend and a mode that no Backend names together.
+      {"backend \"cuda\" with mode \"cpu\"", [](TrainingState& s) { s.mode = "cpu"; }},
+      {"backend \"cpu\" with mode \"graph\"", [](TrainingState& s) { s.backend = "cpu", s.mode = "graph"; }},
+      {"backend \"\" with mode \"naive\"", [](TrainingState& s) { s.backend = ""; }},
+      {"backend \"cuda\" with mode \"\"", [](TrainingState& s) { s.mode = ""; }},
   };
   for (const auto& [field, spoil] : bad) {
     TrainingState s = sample_state();
@@ -859,28 +870,48 @@ TEST_F(CheckpointFiles, MissingStateFieldIsRejected) {
   }
 }
 
-// The test set's size and the training examples' fingerprint came within format 2: a checkpoint written
-// before them still resumes, with them unknown; one written without them leaves the fields out. A
-// recorded test set size of 0 is refused (0 stands for "not recorded").
-TEST_F(CheckpointFiles, TestSetSizeAndTrainingFingerprintAreOptional) {
+// The test set's size, the training examples' fingerprint, the backend and the mode came within format
+// 2: a checkpoint written before them still resumes, with them unknown; one written without them leaves
+// the fields out. A recorded test set size of 0 is refused (0 stands for "not recorded"); the backend
+// and the mode come together, and only as a Backend names them.
+TEST_F(CheckpointFiles, FieldsAddedWithinTheFormatAreOptional) {
   const std::string older = write_raw("older.safetensors", edited([](json& h) {
-    h["__metadata__"].erase("test_examples");
-    h["__metadata__"].erase("train_fingerprint");
+    for (const char* f : {"test_examples", "train_fingerprint", "backend", "mode"}) h["__metadata__"].erase(f);
   }));
   const Checkpoint c = lenet::engine::load_checkpoint(older);
   ASSERT_TRUE(c.state.has_value());
   EXPECT_EQ(c.state->test_examples, 0u);
   EXPECT_FALSE(c.state->train_fingerprint.has_value());
+  EXPECT_EQ(c.state->backend, "");
+  EXPECT_EQ(c.state->mode, "");
   TrainingState unknown = sample_state();
   unknown.test_examples = 0;
   unknown.train_fingerprint.reset();
+  unknown.backend = unknown.mode = "";
   lenet::engine::save_checkpoint(path_, sample_parameters(), unknown);
   const json meta = json::parse(split(lenet::testing::read_bytes(path_)).header_text).at("__metadata__");
-  EXPECT_FALSE(meta.contains("test_examples"));
-  EXPECT_FALSE(meta.contains("train_fingerprint"));
+  for (const char* f : {"test_examples", "train_fingerprint", "backend", "mode"}) EXPECT_FALSE(meta.contains(f)) << f;
   expect_same_state(lenet::engine::load_checkpoint(path_).state, unknown);
   EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"]["test_examples"] = "0"; })),
                   "test_examples is 0, must be at least 1");
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"].erase("mode"); })), "__metadata__ has no \"mode\"");
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["__metadata__"].erase("backend"); })), "__metadata__ has no \"backend\"");
+  for (const auto& [backend, mode] : {std::pair<const char*, const char*>{"cpu", "cpu"}, {"cuda", "naive"}, {"cuda", "graph"}}) {
+    const Bytes b = edited([&, backend = backend, mode = mode](json& h) {
+      h["__metadata__"]["backend"] = backend;
+      h["__metadata__"]["mode"] = mode;
+    });
+    const Checkpoint loaded = lenet::engine::load_checkpoint_bytes(b.data(), b.size(), "x");
+    EXPECT_EQ(loaded.state->backend, backend);
+    EXPECT_EQ(loaded.state->mode, mode);
+  }
+  for (const auto& [backend, mode] : {std::pair<const char*, const char*>{"gpu", "graph"}, {"cuda", "cpu"}, {"CPU", "cpu"}}) {
+    const std::string m = rejection(edited([&, backend = backend, mode = mode](json& h) {
+      h["__metadata__"]["backend"] = backend;
+      h["__metadata__"]["mode"] = mode;
+    }));
+    EXPECT_CONTAINS(m, std::string("backend \"") + backend + "\" with mode \"" + mode + "\" is none of");
+  }
 }
 
 // What PyTorch's safetensors.torch.save_file writes for the source text's network: the same tensors

@@ -510,6 +510,31 @@ TEST_F(Cli, ResumingACheckpointWithoutTheTestSetSizeTakesTheFlag) {
   EXPECT_EQ(r.status, 0) << r.err;
 }
 
+// A checkpoint records the backend and mode that trained it. A resumed run takes them unless flags say
+// otherwise: a CPU run goes on on the CPU without asking for a GPU (on a machine with none, --backend
+// auto would say that none answers). Trained another way, whose sums round differently, it says so.
+TEST_F(Cli, ResumeTakesTheBackendAndModeAndNamesAnother) {
+  const std::string a = (dir_ / "a.safetensors").string(), cuda = (dir_ / "cuda.safetensors").string();
+  const std::string common = "--quiet --batch-size 64 --train-limit 128 --test-limit 64 ";
+  ASSERT_EQ(run("--backend cpu " + common + "--epochs 1 --save '" + a + "'").status, 0);
+  const nlohmann::json meta = nlohmann::json::parse(lenet::testing::split(lenet::testing::read_bytes(a)).header_text)["__metadata__"];
+  EXPECT_EQ(meta["backend"], "cpu");
+  EXPECT_EQ(meta["mode"], "cpu");
+  rewrite_header(a, cuda, [](nlohmann::json& h) {
+    h["__metadata__"]["backend"] = "cuda";
+    h["__metadata__"]["mode"] = "naive";
+  });
+  Result r = run("--quiet --epochs 2 --resume '" + a + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("on [cpu]"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err, "");
+  r = run("--backend cpu --quiet --epochs 2 --resume '" + cuda + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "lenet-train: --resume " + cuda +
+                       ": the interrupted run trained on CUDA in naive mode and this one trains on the CPU, whose sums "
+                       "round differently: the final parameters can differ in their last bits from an uninterrupted run's\n");
+}
+
 // A failed write (a full disk) can leave the metrics file's last record cut short: the resumed run cuts
 // that fragment off (a long one too: the file's end is read back in 64 KiB pieces), says so, and appends
 // whole records after the whole ones. A last record that lacks only its newline keeps its place.

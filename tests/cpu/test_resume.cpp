@@ -178,6 +178,27 @@ TEST(Resume, ForgettingTheCheckpointsEpochSoFarChangesTheRecord) {
   EXPECT_NE(got.records[0]["train_loss"], whole[0]["train_loss"]);
 }
 
+// The trainer asks whether to stop once after each step but an epoch's last, and once after each epoch
+// but the last; the stop it throws carries the signal that answer gave (a second look could see another).
+TEST(Resume, AStopIsAskedForOnceAndCarriesItsSignal) {
+  for (const uint64_t stop_at : {uint64_t{5}, uint64_t{16}}) {  // 16 steps an epoch: call 16 follows epoch 1
+    engine::CpuBackend b(1, model::init_parameters<float>(1));
+    engine::TrainOptions o = options();
+    uint64_t asked = 0;
+    o.stop_requested = [&] { return ++asked == stop_at ? 15 : 0; };
+    std::ostringstream log;
+    try {
+      engine::train(b, data(), o, log, false);
+      ADD_FAILURE() << "no stop at call " << stop_at;
+    } catch (const engine::TrainingStopped& e) {
+      EXPECT_EQ(e.signal, 15) << e.what();
+      EXPECT_EQ(asked, stop_at);
+      EXPECT_EQ(std::string(e.what()), stop_at == 5 ? "stopped by signal 15 in epoch 1 after step 5 of 16 (step 5 of the run)"
+                                                    : "stopped by signal 15 after epoch 1");
+    }
+  }
+}
+
 TEST(Resume, StopNeverCheckpointsNonFiniteParameters) {
   engine::CpuBackend b(1, model::init_parameters<float>(1));
   engine::TrainOptions o = options();

@@ -91,6 +91,7 @@ def main():
         "metadata-test-examples": checkpoint_header(lambda h: h["__metadata__"].__setitem__("test_examples", "10000")),
         "metadata-train-fingerprint": checkpoint_header(
             lambda h: h["__metadata__"].__setitem__("train_fingerprint", "14695981039346656037")),
+        "metadata-backend-mode": checkpoint_header(lambda h: h["__metadata__"].update(backend="cuda", mode="graph")),
         "header-array": struct.pack("<Q", 7) + b"[1,2,3]",
     }
     for name, data in seeds.items():

@@ -1,5 +1,5 @@
-// lenet-train on a GPU as a user runs it: device placement and its errors, and a short naive-mode run
-// whose final line and metrics name the CUDA devices.
+// lenet-train on a GPU as a user runs it: device placement and its errors, short runs whose final line
+// and metrics name the CUDA devices and mode, and a stopped run resumed from its checkpoint.
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -58,6 +58,36 @@ TEST_F(Cli, GraphModeIsTheDefaultAndReportsInstantiations) {
     EXPECT_EQ(j["graph_instantiations"].get<double>(), first) << "instantiated again during training";
   }
   EXPECT_GT(first, 0);
+}
+
+// Stopped after epoch 1 and resumed to 2 through the command line, a run on a GPU writes the checkpoint
+// bytes of an uninterrupted run, in either mode. Three replicas: the modes sum in other orders. The
+// resumed run is given no --backend or --mode: it takes the checkpoint's (its metrics name the mode).
+// Given another mode, it trains as asked and says that the bits will differ.
+TEST_F(Cli, ResumeOnAGpuEqualsUninterruptedInTheCheckpointsMode) {
+  LENET_REQUIRE_GPU();
+  const std::string common = "--num-gpus 1 --replicas 3 --batch-size 96 --train-limit 1000 --test-limit 300 --quiet ";
+  for (const std::string mode : {"naive", "graph"}) {
+    const std::string whole = (dir_ / (mode + "-whole.safetensors")).string();
+    const std::string part = (dir_ / (mode + "-part.safetensors")).string();
+    const std::string metrics = (dir_ / (mode + ".jsonl")).string();
+    ASSERT_EQ(run("--backend cuda --mode " + mode + " " + common + "--epochs 2 --save '" + whole + "'").status, 0) << mode;
+    ASSERT_EQ(run("--backend cuda --mode " + mode + " " + common + "--epochs 1 --save '" + part + "'").status, 0) << mode;
+    const Result r = run("--quiet --num-gpus 1 --epochs 2 --resume '" + part + "' --metrics '" + metrics + "'");
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.err, "") << mode;
+    std::ifstream in(metrics);
+    std::string line;
+    ASSERT_TRUE(std::getline(in, line)) << mode;
+    EXPECT_EQ(nlohmann::json::parse(line)["mode"], mode);
+    EXPECT_EQ(lenet::testing::slurp(part), lenet::testing::slurp(whole)) << mode << ": resumed checkpoint differs";
+  }
+  const Result other =
+      run("--quiet --num-gpus 1 --mode graph --epochs 3 --resume '" + (dir_ / "naive-part.safetensors").string() + "'");
+  EXPECT_EQ(other.status, 0) << other.err;
+  EXPECT_NE(other.err.find("the interrupted run trained on CUDA in naive mode and this one trains on CUDA in graph mode"),
+            std::string::npos)
+      << other.err;
 }
 
 }  // namespace

@@ -85,13 +85,16 @@ TEST(CudaGraph, SameSeedGivesTheSameBits) {
   const std::vector<float> first = a.parameters(0);
   engine::CudaGraphBackend b(one_gpu(3), start);
   run_epoch0(b, 12);
-  EXPECT_EQ(b.parameters(0), first);
+  EXPECT_EQ(lenet::testing::bits(b.parameters(0)), lenet::testing::bits(first));
 }
 
+// One graph per staging slot at start-up, none after: training replays them.
 TEST(CudaGraph, NoInstantiationDuringTraining) {
   LENET_REQUIRE_GPU();
+  const long long before = cuda::GraphExec::instantiations();  // by the tests before this one
   engine::CudaGraphBackend backend(one_gpu(2), model::init_parameters<float>(1));
   const long long after_start = cuda::GraphExec::instantiations();
+  EXPECT_EQ(after_start - before, engine::CudaGraphBackend::kSlots);
   engine::TrainOptions opt;
   opt.epochs = 3;
   std::ostringstream log;
@@ -143,48 +146,63 @@ TEST(CudaGraph, EvaluationInBothModesCountsLikeTheCpu) {
   EXPECT_GE(graph.count_correct(changing, 256), all - 2) << "evaluated the split as it was before the change";
 }
 
-// Interrupted mid-epoch and resumed from the parameters then, in both CUDA modes, equals the
-// uninterrupted run bit for bit (deterministic algorithms, and the shuffle depends only on seed and epoch).
+// Interrupted and resumed from the parameters then, in both CUDA modes, equals the uninterrupted run bit
+// for bit on every replica, with the same metrics (deterministic algorithms, and the shuffle depends only
+// on seed and epoch). Eleven steps an epoch; stopped after step 7 (the resumed graph backend's staging
+// slots swapped against the uninterrupted one's), step 9 (the partial minibatch among the resumed
+// backend's first two steps) or epoch 1's last step (an epoch's end: the resumed run trains epoch 2 only).
 TEST(CudaGraph, ResumeEqualsUninterruptedInBothModes) {
   LENET_REQUIRE_GPU();
+  constexpr int kReplicas = 2;
   engine::TrainOptions opt;
   opt.epochs = 2;
   opt.seed = 6;
   const std::vector<float> start = model::init_parameters<float>(opt.seed);
   std::ostringstream log;
-  for (const char* mode : {"naive", "graph"}) {
+  for (const std::string mode : {"naive", "graph"}) {
     auto make = [&](const std::vector<float>& params) -> std::unique_ptr<engine::Backend> {
-      if (std::string(mode) == "naive") return std::make_unique<engine::CudaNaiveBackend>(one_gpu(2), params);
-      return std::make_unique<engine::CudaGraphBackend>(one_gpu(2), params);
+      if (mode == "naive") return std::make_unique<engine::CudaNaiveBackend>(one_gpu(kReplicas), params);
+      return std::make_unique<engine::CudaGraphBackend>(one_gpu(kReplicas), params);
     };
     auto whole = make(start);
     const engine::TrainResult uninterrupted = engine::train(*whole, data(), opt, log, false);
-    auto first = make(start);
-    engine::TrainOptions stop = opt;
-    int steps = 0;
-    std::vector<float> saved;
-    uint64_t saved_step = 0;
-    engine::EpochSoFar saved_so_far;
-    stop.stop_requested = [&] { return ++steps == 7 ? 15 : 0; };
-    stop.checkpoint = [&](int, uint64_t step, const engine::EpochSoFar& so_far) {
-      saved = first->parameters(0);
-      saved_step = step;
-      saved_so_far = so_far;
-    };
-    EXPECT_THROW(engine::train(*first, data(), stop, log, false), engine::TrainingStopped);
-    ASSERT_EQ(saved_step, 7u);
-    auto second = make(saved);
-    engine::TrainOptions resume = opt;
-    resume.start_step = saved_step;
-    resume.start_so_far = saved_so_far;
-    const engine::TrainResult resumed = engine::train(*second, data(), resume, log, false);
-    EXPECT_EQ(second->parameters(0), whole->parameters(0)) << mode;
-    // The interrupted epoch's metrics cover its steps before the stop too (the loss sum in another order).
-    ASSERT_EQ(resumed.epochs.size(), uninterrupted.epochs.size()) << mode;
-    for (size_t e = 0; e < resumed.epochs.size(); ++e) {
-      EXPECT_EQ(resumed.epochs[e].train_acc, uninterrupted.epochs[e].train_acc) << mode << " epoch " << e + 1;
-      EXPECT_NEAR(resumed.epochs[e].train_loss, uninterrupted.epochs[e].train_loss,
-                  1e-12 * uninterrupted.epochs[e].train_loss) << mode << " epoch " << e + 1;
+    ASSERT_EQ(uninterrupted.epochs.size(), 2u) << mode;
+    for (const uint64_t stop_after : {7u, 9u, 11u}) {
+      const std::string where = mode + ", stopped after step " + std::to_string(stop_after);
+      auto first = make(start);
+      engine::TrainOptions stop = opt;
+      uint64_t asked = 0;  // the trainer asks after every step but an epoch's last, and after that epoch
+      std::vector<float> saved;
+      uint64_t saved_step = 0;
+      engine::EpochSoFar saved_so_far;
+      stop.stop_requested = [&] { return ++asked == stop_after ? 15 : 0; };
+      stop.checkpoint = [&](int, uint64_t step, const engine::EpochSoFar& so_far) {
+        saved = first->parameters(0);
+        saved_step = step;
+        saved_so_far = so_far;
+      };
+      EXPECT_THROW(engine::train(*first, data(), stop, log, false), engine::TrainingStopped) << where;
+      ASSERT_EQ(saved_step, stop_after) << where;
+      auto second = make(saved);
+      engine::TrainOptions resume = opt;
+      resume.start_step = saved_step;
+      resume.start_so_far = saved_so_far;
+      const engine::TrainResult resumed = engine::train(*second, data(), resume, log, false);
+      for (int r = 0; r < kReplicas; ++r) {
+        EXPECT_EQ(lenet::testing::bits(second->parameters(r)), lenet::testing::bits(whole->parameters(r)))
+            << where << ", replica " << r;
+      }
+      // The resumed epochs' metrics: an interrupted epoch's cover its steps before the stop too (the loss
+      // sum in another order).
+      const size_t skip = size_t(stop_after / 11);  // epochs completed before the stop
+      ASSERT_EQ(resumed.epochs.size() + skip, uninterrupted.epochs.size()) << where;
+      for (size_t e = 0; e < resumed.epochs.size(); ++e) {
+        const engine::EpochMetrics &got = resumed.epochs[e], &want = uninterrupted.epochs[e + skip];
+        EXPECT_EQ(got.epoch, want.epoch) << where;
+        EXPECT_EQ(got.train_acc, want.train_acc) << where << ", epoch " << want.epoch;
+        EXPECT_NEAR(got.train_loss, want.train_loss, 1e-12 * want.train_loss) << where << ", epoch " << want.epoch;
+        EXPECT_EQ(got.test_acc, want.test_acc) << where << ", epoch " << want.epoch;
+      }
     }
   }
 }
