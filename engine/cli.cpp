@@ -313,8 +313,9 @@ void apply_resume_state(CliOptions& o, const TrainingState& st) {
   o.replicas = st.replicas;
   if (!o.epochs_given) o.train.epochs = st.epochs;
   // Its backend and mode too, unless flags say otherwise (another one's sums round differently): a CPU
-  // run stays on the CPU; a CUDA run keeps its mode, on a GPU when one answers (--backend auto).
-  if (st.backend == "cpu" && !o.backend_given) o.backend = "cpu";
+  // run stays on the CPU unless a CUDA mode is asked for; a CUDA run keeps its mode, on a GPU when one
+  // answers (--backend auto).
+  if (st.backend == "cpu" && !o.backend_given && !o.mode_given) o.backend = "cpu";
   if (st.backend == "cuda" && !o.mode_given) o.mode = st.mode;
   // The first train_examples and test_examples examples, as the interrupted run had: another
   // --train-limit would give other minibatches than the saved step count means, another --test-limit

@@ -528,6 +528,12 @@ TEST_F(Cli, ResumeTakesTheBackendAndModeAndNamesAnother) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("on [cpu]"), std::string::npos) << r.out;
   EXPECT_EQ(r.err, "");
+  // A CUDA mode asked for after a CPU run: --backend auto, which finds no GPU here and says so (on a
+  // machine with one, the run trains there).
+  r = run("--quiet --mode naive --epochs 3 --resume '" + a + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const bool on_cpu = r.out.find("on [cpu]") != std::string::npos;
+  EXPECT_NE(on_cpu ? r.err.find("no CUDA device answers") : r.out.find("on [cuda:"), std::string::npos) << r.out << r.err;
   r = run("--backend cpu --quiet --epochs 2 --resume '" + cuda + "'");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "lenet-train: --resume " + cuda +
