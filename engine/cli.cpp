@@ -134,9 +134,11 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
                  "Passes over the training set (with --resume, in all; default: the interrupted run's)")
       ->check(decimal(0))
       ->capture_default_str();
-  app.add_option("--backend", o.backend, "auto: CUDA when a device answers, else the CPU (--resume: cpu after a CPU run)")
+  app.add_option("--backend", o.backend,
+                 "auto: CUDA when a device answers, else the CPU (--resume without --mode: cpu after a CPU run)")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str();
-  app.add_option("--mode", o.mode, "CUDA mode: naive (the textbook algorithm) or graph (CUDA graphs, ring allreduce; --resume: the run's)")
+  app.add_option("--mode", o.mode,
+                 "CUDA mode: naive (the textbook algorithm) or graph (CUDA graphs, ring allreduce; --resume: the run's)")
       ->check(CLI::IsMember({"naive", "graph"}))->capture_default_str();
   app.add_option("--seed", seed, "Seed of the initial parameters and of every epoch's shuffle (0..2^64-1)")
       ->capture_default_str()
@@ -270,10 +272,10 @@ std::string engine_text(const std::string& backend, const std::string& mode) {
 // The command that continues a stopped run: --resume and the flags given that the checkpoint does not
 // record (where the data is, always: LENET_DATA_DIR may say otherwise where the command is pasted; how
 // many GPUs; where the metrics and the display go) or records as defaults only (the backend and mode, as
-// given: a --backend cuda run's checkpoint would let an auto resume fall back to the CPU). On the CPU --num-gpus only set
-// the replica count, which the checkpoint records. Paths are absolute, so that the command works from any
-// folder. Empty where a word holds a control character: a message shows it escaped, and the command would
-// no longer name the same file.
+// given: a --backend cuda run's checkpoint would let an auto resume fall back to the CPU). On the CPU
+// --num-gpus only set the replica count, which the checkpoint records. Paths are absolute, so that the
+// command works from any folder. Empty where a word holds a control character: a message shows it
+// escaped, and the command would no longer name the same file.
 std::string resume_command(const char* program, const CliOptions& o, bool cuda) {
   const CliOptions defaults;
   auto absolute = [](const std::string& path) {
