@@ -63,6 +63,12 @@ float get_le_float(const uint8_t* p) {
 
 std::string quoted(const std::string& s) { return nlohmann::json(s).dump(); }
 
+// The reason a recorded backend and mode are not a pair a Backend names, or empty.
+std::string engine_problem(const std::string& backend, const std::string& mode) {
+  if (backend == "cpu" ? mode == "cpu" : backend == "cuda" && (mode == "naive" || mode == "graph")) return "";
+  return "backend " + quoted(backend) + " with mode " + quoted(mode) + " is none of cpu with cpu, cuda with naive, cuda with graph";
+}
+
 // The reason `state` cannot be resumed from, or empty. One rule for saving and loading, so the saver
 // never writes a file the loader rejects.
 std::string state_problem(const TrainingState& s) {
@@ -101,11 +107,7 @@ std::string state_problem(const TrainingState& s) {
     return "epoch_loss_sum, epoch_correct and epoch_seconds do not fit " + std::to_string(into_epoch) +
            " steps into an epoch";
   }
-  const bool recorded = !s.backend.empty() || !s.mode.empty();
-  if (recorded && !(s.backend == "cpu" ? s.mode == "cpu" : s.backend == "cuda" && (s.mode == "naive" || s.mode == "graph"))) {
-    return "backend " + quoted(s.backend) + " with mode " + quoted(s.mode) +
-           " is none of cpu with cpu, cuda with naive, cuda with graph";
-  }
+  if (!s.backend.empty() || !s.mode.empty()) return engine_problem(s.backend, s.mode);
   return "";
 }
 
@@ -268,6 +270,7 @@ class HeaderReader {
     if (meta.contains("backend") || meta.contains("mode")) {
       s.backend = field(meta, "backend");
       s.mode = field(meta, "mode");
+      if (const std::string problem = engine_problem(s.backend, s.mode); !problem.empty()) fail("__metadata__ " + problem);
     }
     s.epoch_so_far.loss_sum = double_field(meta, "epoch_loss_sum");
     s.epoch_so_far.correct = u64_field(meta, "epoch_correct");

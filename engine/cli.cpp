@@ -134,11 +134,11 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
                  "Passes over the training set (with --resume, in all; default: the interrupted run's)")
       ->check(decimal(0))
       ->capture_default_str();
-  app.add_option("--backend", o.backend,
-                 "auto: CUDA when a device answers, else the CPU (--resume without --mode: cpu after a CPU run)")
+  app.add_option("--backend", o.backend, "auto: CUDA when a device answers, else the CPU")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str();
   app.add_option("--mode", o.mode,
-                 "CUDA mode: naive (the textbook algorithm) or graph (CUDA graphs, ring allreduce; --resume: the run's)")
+                 "CUDA mode: naive (the textbook algorithm) or graph (CUDA graphs, ring allreduce); with --resume, "
+                 "default: a CUDA run's")
       ->check(CLI::IsMember({"naive", "graph"}))->capture_default_str();
   app.add_option("--seed", seed, "Seed of the initial parameters and of every epoch's shuffle (0..2^64-1)")
       ->capture_default_str()
@@ -181,7 +181,6 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   o.seed_given = app.count("--seed") > 0;
   o.lr_given = app.count("--lr") > 0;
   o.batch_given = app.count("--batch-size") > 0;
-  o.backend_given = app.count("--backend") > 0;
   o.mode_given = app.count("--mode") > 0;
   if (app.count("--replicas")) o.replicas = replicas;
   o.train_limit = static_cast<size_t>(train_limit);
@@ -270,12 +269,12 @@ std::string engine_text(const std::string& backend, const std::string& mode) {
 }
 
 // The command that continues a stopped run: --resume and the flags given that the checkpoint does not
-// record (where the data is, always: LENET_DATA_DIR may say otherwise where the command is pasted; how
-// many GPUs; where the metrics and the display go) or records as defaults only (the backend and mode, as
-// given: a --backend cuda run's checkpoint would let an auto resume fall back to the CPU). On the CPU
-// --num-gpus only set the replica count, which the checkpoint records. Paths are absolute, so that the
-// command works from any folder. Empty where a word holds a control character: a message shows it
-// escaped, and the command would no longer name the same file.
+// record (where the data is, always: LENET_DATA_DIR may say otherwise where the command is pasted; which
+// backend and mode, as a checkpoint records only what trained, the CPU after a fallback; how many GPUs;
+// where the metrics and the display go). On the CPU --num-gpus only set the replica count, which the
+// checkpoint records. Paths are absolute, so that the command works from any folder. Empty where a word
+// holds a control character: a message shows it escaped, and the command would no longer name the same
+// file.
 std::string resume_command(const char* program, const CliOptions& o, bool cuda) {
   const CliOptions defaults;
   auto absolute = [](const std::string& path) {
@@ -314,10 +313,8 @@ void apply_resume_state(CliOptions& o, const TrainingState& st) {
   o.train.batch_size = st.batch_size;
   o.replicas = st.replicas;
   if (!o.epochs_given) o.train.epochs = st.epochs;
-  // Its backend and mode too, unless flags say otherwise (another one's sums round differently): a CPU
-  // run stays on the CPU unless a CUDA mode is asked for; a CUDA run keeps its mode, on a GPU when one
-  // answers (--backend auto).
-  if (st.backend == "cpu" && !o.backend_given && !o.mode_given) o.backend = "cpu";
+  // A CUDA run's mode too, unless --mode says otherwise (the modes' sums round differently). The backend
+  // stays --backend's: auto still means a GPU where one answers.
   if (st.backend == "cuda" && !o.mode_given) o.mode = st.mode;
   // The first train_examples and test_examples examples, as the interrupted run had: another
   // --train-limit would give other minibatches than the saved step count means, another --test-limit
@@ -496,9 +493,14 @@ int run_cli(int argc, const char* const* argv) {
       say("no CUDA device answers (" + probe.describe() + "); training on the CPU");
     if (const TrainingState* st = o.resume_path.empty() ? nullptr : &*checkpoint->state;
         st && !st->backend.empty() && (st->backend != backend->name() || st->mode != backend->mode())) {
+      // The flag that would train as the interrupted run did, where this machine can.
+      const std::string exactly = st->backend == "cpu"         ? "--backend cpu"
+                                  : backend->name() == "cuda" ? "--mode " + st->mode
+                                                              : "";
       say("--resume " + o.resume_path + ": the interrupted run trained " + engine_text(st->backend, st->mode) +
           " and this one trains " + engine_text(backend->name(), backend->mode()) +
-          ", whose sums round differently: the final parameters can differ in their last bits from an uninterrupted run's");
+          "; the sums round differently, so the final parameters will not be bitwise identical to an uninterrupted run's" +
+          (exactly.empty() ? "" : " (" + exactly + " would continue it exactly)"));
     }
 
     if (o.train.epochs == 0) {  // --epochs 0 --load FILE: evaluate only

@@ -22,9 +22,8 @@ struct CliOptions {
   std::string load_path;    // --load: start from a checkpoint's parameters
   std::string resume_path;  // --resume: continue a checkpointed run where it stopped
   // Which of the flags a checkpoint also records were given (a resumed run must not contradict them,
-  // but for the backend and the mode, which it takes only as defaults).
-  bool epochs_given = false, seed_given = false, lr_given = false, batch_given = false;
-  bool backend_given = false, mode_given = false;
+  // but for the mode, which it takes only as a default).
+  bool epochs_given = false, seed_given = false, lr_given = false, batch_given = false, mode_given = false;
 };
 
 // Parses and validates argv. Throws UsageError with a one-line message; returns nullopt when --help or

@@ -905,7 +905,7 @@ TEST_F(CheckpointFiles, FieldsAddedWithinTheFormatAreOptional) {
     EXPECT_EQ(loaded.state->backend, backend);
     EXPECT_EQ(loaded.state->mode, mode);
   }
-  for (const auto& [backend, mode] : {std::pair<const char*, const char*>{"gpu", "graph"}, {"cuda", "cpu"}, {"CPU", "cpu"}}) {
+  for (const auto& [backend, mode] : {std::pair<const char*, const char*>{"gpu", "graph"}, {"cuda", "cpu"}, {"CPU", "cpu"}, {"", ""}}) {
     const std::string m = rejection(edited([&, backend = backend, mode = mode](json& h) {
       h["__metadata__"]["backend"] = backend;
       h["__metadata__"]["mode"] = mode;

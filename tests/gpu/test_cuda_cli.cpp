@@ -60,9 +60,10 @@ TEST_F(Cli, GraphModeIsTheDefaultAndReportsInstantiations) {
   EXPECT_GT(first, 0);
 }
 
-// Stopped after epoch 1 and resumed to 2 through the command line, a run on a GPU writes the checkpoint
-// bytes of an uninterrupted run, in either mode. Three replicas: the modes sum in other orders. The
-// resumed run is given no --backend or --mode: it takes the checkpoint's (its metrics name the mode).
+// Run for one epoch and resumed to two through the command line, a run on a GPU writes the checkpoint
+// bytes of an uninterrupted two-epoch run, in either mode. Three replicas: the modes sum in other orders. The
+// resumed run is given no --backend or --mode: it keeps the checkpoint's mode (its metrics name it; naive
+// is not the default).
 // Given another mode, it trains as asked and says that the bits will differ.
 TEST_F(Cli, ResumeOnAGpuEqualsUninterruptedInTheCheckpointsMode) {
   LENET_REQUIRE_GPU();
