@@ -1,5 +1,5 @@
 // lenet-train on a GPU as a user runs it: device placement and its errors, short runs whose final line
-// and metrics name the CUDA devices and mode, and a stopped run resumed from its checkpoint.
+// and metrics name the CUDA devices and mode, and a run resumed from its checkpoint.
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -61,10 +61,9 @@ TEST_F(Cli, GraphModeIsTheDefaultAndReportsInstantiations) {
 }
 
 // Run for one epoch and resumed to two through the command line, a run on a GPU writes the checkpoint
-// bytes of an uninterrupted two-epoch run, in either mode. Three replicas: the modes sum in other orders. The
-// resumed run is given no --backend or --mode: it keeps the checkpoint's mode (its metrics name it; naive
-// is not the default).
-// Given another mode, it trains as asked and says that the bits will differ.
+// bytes of an uninterrupted two-epoch run, in either mode. Three replicas: the modes sum in other orders.
+// The resumed run is given no --backend or --mode: it keeps the checkpoint's mode (its metrics name it;
+// naive is not the default). Given another mode, it trains as asked and says that the bits will differ.
 TEST_F(Cli, ResumeOnAGpuEqualsUninterruptedInTheCheckpointsMode) {
   LENET_REQUIRE_GPU();
   const std::string common = "--num-gpus 1 --replicas 3 --batch-size 96 --train-limit 1000 --test-limit 300 --quiet ";
