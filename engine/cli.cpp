@@ -84,12 +84,9 @@ std::unique_ptr<Backend> make_cuda_backend(const CliOptions& o, const CudaProbe&
                      (visible == 1 ? " is" : "s are") + " visible; use --replicas " + std::to_string(num_gpus) +
                      " to place several replicas on the visible GPUs");
   }
-  CudaPlacement placement;
-  placement.num_gpus = num_gpus;
-  placement.replicas = o.replicas.value_or(num_gpus);
-  check_replicas(placement.replicas, o.train.batch_size);
-  placement.train_batch_rows = minibatch_sizes(data.train.size(), o.train.batch_size);
-  placement.eval_batch_rows = minibatch_sizes(data.test.size(), o.train.batch_size);
+  const int replicas = o.replicas.value_or(num_gpus);
+  check_replicas(replicas, o.train.batch_size);
+  const CudaPlacement placement = place(num_gpus, replicas, data, o.train.batch_size);
   std::vector<std::string> report;
   std::unique_ptr<Backend> backend;
   if (o.mode == "naive") {

@@ -11,6 +11,11 @@ namespace lenet::engine {
 
 using cuda::DeviceGuard;
 
+CudaPlacement place(int num_gpus, int replicas, const io::FashionMnist& data, int batch_size) {
+  return {num_gpus, replicas, minibatch_sizes(data.train.size(), batch_size),
+          minibatch_sizes(data.test.size(), batch_size)};
+}
+
 CudaNaiveBackend::CudaNaiveBackend(const CudaPlacement& placement, const std::vector<float>& initial_parameters) {
   const int n_gpus = placement.num_gpus, n_rep = placement.replicas;
   if (n_gpus < 1 || n_rep < 1) throw std::invalid_argument("CudaNaiveBackend: no GPU or no replica");

@@ -20,6 +20,9 @@ struct CudaPlacement {
   std::vector<int> eval_batch_rows;
 };
 
+// `replicas` replicas on GPUs 0..num_gpus-1 for training and evaluating on `data` in minibatches of `batch_size`.
+CudaPlacement place(int num_gpus, int replicas, const io::FashionMnist& data, int batch_size);
+
 class CudaNaiveBackend final : public Backend {
  public:
   CudaNaiveBackend(const CudaPlacement& placement, const std::vector<float>& initial_parameters);

@@ -71,11 +71,7 @@ std::unique_ptr<engine::Backend> make_backend(const std::string& mode, int repli
 #if !LENET_HAVE_CUDA
   throw std::logic_error("lenet-bench: " + mode + " mode in a build without CUDA");
 #else
-  engine::CudaPlacement p;
-  p.num_gpus = std::min(num_gpus, replicas);
-  p.replicas = replicas;
-  p.train_batch_rows = engine::minibatch_sizes(data.train.size(), o.batch_size);
-  p.eval_batch_rows = engine::minibatch_sizes(data.test.size(), o.batch_size);
+  const engine::CudaPlacement p = engine::place(std::min(num_gpus, replicas), replicas, data, o.batch_size);
   if (mode == "naive") return std::make_unique<engine::CudaNaiveBackend>(p, start);
   return std::make_unique<engine::CudaGraphBackend>(p, start);
 #endif

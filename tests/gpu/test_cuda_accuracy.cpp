@@ -15,7 +15,6 @@
 #include "engine/cpu_backend.hpp"
 #include "engine/cuda_graph_backend.hpp"
 #include "engine/cuda_naive_backend.hpp"
-#include "engine/ring.hpp"
 #include "engine/trainer.hpp"
 #include "gpu_test.hpp"
 #include "io/dataset.hpp"
@@ -31,13 +30,7 @@ TEST(CudaAccuracy, NaiveThreeEpochsAndGraphTenEpochsReachTheCpuAccuracy) {
   engine::TrainOptions opt;  // the source text's settings: batch 256, lr 0.2, ten epochs
   opt.seed = 1;
   const std::vector<float> start = model::init_parameters<float>(opt.seed);
-  auto placement = [&](int replicas) {
-    engine::CudaPlacement p;
-    p.replicas = replicas;
-    p.train_batch_rows = engine::minibatch_sizes(data.train.size(), opt.batch_size);
-    p.eval_batch_rows = engine::minibatch_sizes(data.test.size(), opt.batch_size);
-    return p;
-  };
+  auto placement = [&](int replicas) { return engine::place(1, replicas, data, opt.batch_size); };
   std::ostringstream log;
   engine::CpuBackend cpu(1, start);
   const engine::TrainResult reference = engine::train(cpu, data, opt, log, false);
