@@ -13,6 +13,7 @@ TEST(CudaLibraries, LinkedVersionsMatchTheHeaders) {
   const std::string dnn = "cuDNN " + std::to_string(CUDNN_MAJOR) + "." + std::to_string(CUDNN_MINOR) + ".";
   EXPECT_NE(v.find(dnn), std::string::npos) << v;
   EXPECT_EQ(v.find("unknown"), std::string::npos) << v;
+  EXPECT_EQ(v.find("built with"), std::string::npos) << v;  // said only where library and headers differ
 }
 
 TEST(CudaLibraries, ProbeNeverThrowsAndClassifiesItsAnswer) {
