@@ -147,8 +147,15 @@ fi
 [[ -d $bundle/googletest && ! -f /usr/lib/x86_64-linux-gnu/libgtest.a && ! -f /usr/lib/libgtest.a ]] &&
   cmake_args+=("-DLENET_GTEST_SOURCE_DIR=$bundle/googletest")
 [[ -d $bundle/include ]] && cmake_args+=("-DLENET_EXTRA_INCLUDE_DIR=$bundle/include")
-# CUPTI (lenet-bench's kernel columns): the toolkit's, else PyTorch's wheel (nvidia-cuda-cupti).
-if ! ls "$cuda_dir"/extras/CUPTI/lib64/libcupti.so* >/dev/null 2>&1; then
+# CUPTI (lenet-bench's kernel columns): the toolkit's (in lib64 since CUDA 13, extras/CUPTI before),
+# else PyTorch's wheel (nvidia-cuda-cupti).
+toolkit_cupti=
+for f in "$cuda_dir"/lib64/libcupti.so* "$cuda_dir"/extras/CUPTI/lib64/libcupti.so*; do
+  [[ -e $f ]] && toolkit_cupti=$f && break
+done
+if [[ -n $toolkit_cupti ]]; then
+  echo "CUPTI from $toolkit_cupti"
+else
   cupti_lib=$(wheel_lib "libcupti.so*")
   cupti_dir=$(dirname "$(dirname "$cupti_lib")")
   if [[ -n $cupti_lib && -f $cupti_dir/include/cupti.h ]]; then
