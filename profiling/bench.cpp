@@ -492,8 +492,11 @@ int main(int argc, char** argv) {
     md << "# lenet-bench\n\n" << data.train.size() << " training examples, batch " << o.batch_size << ", lr "
        << engine::format_double(o.lr) << ", seed " << o.seed << "; seconds per epoch are the training pass only, mean of " << o.timed_epochs
        << " epoch(s) after a warm-up epoch"
-       << (wants_gpu && !o.no_trace ? "; CUPTI columns from one further traced epoch; 'kernels/step' counts kernels "
-                                      "launched by the host (not by a graph)"
+       << (wants_gpu && !o.no_trace ? "; CUPTI columns from one further traced epoch: 'idle' is time between a "
+                                      "device's first and last kernel with no kernel running (copies count as idle), "
+                                      "'kernels/step' counts kernels launched by the host (not by a graph), "
+                                      "'allreduce' adds up the durations of its copies and add kernels (replicas "
+                                      "working at the same time count once each)"
                                     : "")
        << ".\n\n"
        << profiling::markdown_table(rows, rows.empty() ? "" : rows.front().name)
