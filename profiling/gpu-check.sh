@@ -105,6 +105,10 @@ gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head 
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
+# compute-sanitizer has a link in bin in the toolkit's usual layout; its own folder comes last, for others.
+[[ -x ${CUDA_HOME:-/usr/local/cuda}/compute-sanitizer/compute-sanitizer ]] &&
+  export PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/compute-sanitizer"
+command -v compute-sanitizer || echo "compute-sanitizer: not found"
 nvcc --version | tail -n 2 || echo "nvcc: not found"
 cmake --version | head -n 1
 nproc
