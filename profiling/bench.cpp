@@ -495,8 +495,8 @@ int main(int argc, char** argv) {
        << (wants_gpu && !o.no_trace ? "; CUPTI columns from one further traced epoch: 'idle' is time between a "
                                       "device's first and last kernel with no kernel running (copies count as idle), "
                                       "'kernels/step' counts kernels launched by the host (not by a graph), "
-                                      "'allreduce' adds up the durations of its copies and add kernels (replicas "
-                                      "working at the same time count once each)"
+                                      "'allreduce' adds up the durations of its copies and add kernels (those of "
+                                      "replicas working at the same time too)"
                                     : "")
        << ".\n\n"
        << profiling::markdown_table(rows, rows.empty() ? "" : rows.front().name)
