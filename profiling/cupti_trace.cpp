@@ -47,8 +47,6 @@ bool timed(uint64_t start, uint64_t end, Activity& a) {
   return false;
 }
 
-double seconds(uint64_t start, uint64_t end) { return double(end - start) * 1e-9; }
-
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
   std::lock_guard<std::mutex> lock(g_mutex);
   CUpti_Activity* record = nullptr;
@@ -63,18 +61,18 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
         g_kernel_correlation.push_back(
             {k->correlationId, {{k->start, k->end, k->deviceId}, 0, k->graphId, k->graphNodeId}});
         if (k->name != nullptr && std::strstr(k->name, "add_into_kernel") != nullptr)
-          g_activity.allreduce_seconds += seconds(k->start, k->end);
+          g_activity.allreduce.push_back({k->start, k->end, k->deviceId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
         if (m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOD && timed(m->start, m->end, g_activity))
-          g_activity.allreduce_seconds += seconds(m->start, m->end);
+          g_activity.allreduce.push_back({m->start, m->end, m->deviceId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY2: {  // peer-to-peer copies between devices
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record);
-        if (timed(m->start, m->end, g_activity)) g_activity.allreduce_seconds += seconds(m->start, m->end);
+        if (timed(m->start, m->end, g_activity)) g_activity.allreduce.push_back({m->start, m->end, m->deviceId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_DRIVER: {

@@ -16,9 +16,9 @@ struct Activity {
   std::vector<LaunchedKernel> launched;
   size_t host_launched_kernels = 0;  // kernels not launched by a graph (graphId 0)
   size_t graph_launches = 0;         // cudaGraphLaunch calls
-  // Time of the allreduce's work: our add kernels plus device-to-device and peer copies (the only ones
-  // the training step makes besides host-to-device input copies).
-  double allreduce_seconds = 0;
+  // The allreduce's work: our add kernels plus device-to-device and peer copies (the only ones the
+  // training step makes besides host-to-device input copies), each on the device that ran it.
+  std::vector<Interval> allreduce;
   size_t dropped_records = 0;  // records CUPTI could not store: the counts above are then too low
   size_t untimed_records = 0;  // kernel and copy records without valid start and end: not in the times
   size_t unread_buffers = 0;   // buffers whose records could not be read to the end
