@@ -18,16 +18,14 @@ CudaProbe probe_cuda() {
 }
 
 namespace {
-// "9.19.0" for 91900: the major * 10000 + minor * 100 + patch encoding of cuDNN 9 and cuBLAS.
 std::string dotted(size_t v) {
   return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
 }
-// The library this process loaded, and the headers it was built with where those differ (a cuDNN or
-// cuBLAS older than its headers is what to suspect first when a GPU run fails in one of them).
-std::string loaded(size_t version, size_t headers) {
-  return dotted(version) + (version == headers ? "" : " (built with " + dotted(headers) + ")");
-}
 }  // namespace
+
+std::string library_version(size_t loaded, size_t headers) {
+  return dotted(loaded) + (loaded == headers ? "" : " (built with " + dotted(headers) + ")");
+}
 
 std::string cuda_library_versions() {
   int runtime = 0;
@@ -39,8 +37,8 @@ std::string cuda_library_versions() {
                        cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
                        cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS;
   const size_t blas = static_cast<size_t>(major) * 10000 + static_cast<size_t>(minor) * 100 + static_cast<size_t>(patch);
-  return "CUDA runtime " + rt + ", cuDNN " + loaded(cudnnGetVersion(), CUDNN_VERSION) + ", cuBLAS " +
-         (blas_ok ? loaded(blas, CUBLAS_VERSION) : std::string("unknown"));
+  return "CUDA runtime " + rt + ", cuDNN " + library_version(cudnnGetVersion(), CUDNN_VERSION) + ", cuBLAS " +
+         (blas_ok ? library_version(blas, CUBLAS_VERSION) : std::string("unknown"));
 }
 
 }  // namespace lenet::engine

@@ -1,6 +1,7 @@
 // Whether a CUDA device answers, without ever failing: the CLI's --backend auto and the GPU tests'
 // skip rule both start here.
 #pragma once
+#include <cstddef>
 #include <string>
 
 namespace lenet::engine {
@@ -28,5 +29,11 @@ CudaProbe probe_cuda();
 // "CUDA runtime 13.0, cuDNN 9.19.0, cuBLAS 13.1.0" (a library older or newer than the headers adds
 // "(built with X.Y.Z)"); "no CUDA" in a build without it.
 std::string cuda_library_versions();
+
+// In CUDA builds: "9.19.0" for a library that reports 91900 (major * 10000 + minor * 100 + patch, as cuDNN 9
+// and cuBLAS encode their versions), then " (built with X.Y.Z)" where the headers the build used say
+// another version: a cuDNN or cuBLAS older than its headers is what to suspect first when a GPU run fails
+// in one of them.
+std::string library_version(size_t loaded, size_t headers);
 
 }  // namespace lenet::engine

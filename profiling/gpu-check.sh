@@ -104,11 +104,11 @@ nvidia-smi || echo "nvidia-smi: not available"
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
+cuda_dir=${CUDA_HOME:-/usr/local/cuda}
+export PATH="$cuda_dir/bin:$PATH"
 # compute-sanitizer has a link in bin in the toolkit's usual layout; its own folder comes last, for others.
-[[ -x ${CUDA_HOME:-/usr/local/cuda}/compute-sanitizer/compute-sanitizer ]] &&
-  export PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/compute-sanitizer"
-command -v compute-sanitizer || echo "compute-sanitizer: not found"
+[[ -x $cuda_dir/compute-sanitizer/compute-sanitizer ]] && export PATH="$PATH:$cuda_dir/compute-sanitizer"
+command -v compute-sanitizer || true  # where it is; the sanitizer phase says when it is missing
 nvcc --version | tail -n 2 || echo "nvcc: not found"
 cmake --version | head -n 1
 nproc
@@ -116,7 +116,6 @@ nproc
 # cuDNN: the toolkit's or the system's, else PyTorch's wheel.
 cmake_args=(-DCMAKE_BUILD_TYPE=Release)
 cudnn_root=${CUDNN_ROOT:-}
-cuda_dir=${CUDA_HOME:-/usr/local/cuda}
 if [[ -z $cudnn_root ]] && ! ls "$cuda_dir"/lib64/libcudnn.so* >/dev/null 2>&1 && ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so'; then
   cudnn_root=$(python3 -c 'import nvidia.cudnn as m; print(m.__path__[0])' 2>/dev/null || true)
 fi
