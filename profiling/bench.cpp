@@ -187,11 +187,8 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
     row.idle_ms_per_step = bi.idle_seconds / n * 1e3;
     row.kernel_launches_per_step = double(a.host_launched_kernels) / n;
     row.graph_launches_per_step = double(a.graph_launches) / n;
-    // The time some copy or add kernel of the allreduce was running on any device: those running at
-    // once (the ring's replicas, on one GPU or several) count once.
-    std::vector<profiling::Interval> allreduce = a.allreduce;
-    for (profiling::Interval& i : allreduce) i.device = 0;
-    row.allreduce_ms_per_step = profiling::busy_and_idle(std::move(allreduce)).busy_seconds / n * 1e3;
+    // Copies and add kernels running at once (the ring's replicas, on one GPU or several) count once.
+    row.allreduce_ms_per_step = profiling::union_seconds(a.allreduce) / n * 1e3;
   }();
   row.epochs = int(row.test_acc_per_epoch.size());  // every epoch that ran: warm-up, timed, traced
   row.test_acc = row.test_acc_per_epoch.back();

@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
@@ -40,6 +41,11 @@ BusyIdle busy_and_idle(std::vector<Interval> kernels) {
     r.idle_seconds += double(last - first - busy) * 1e-9;
   }
   return r;
+}
+
+double union_seconds(std::vector<Interval> intervals) {
+  for (Interval& i : intervals) i.device = 0;
+  return busy_and_idle(std::move(intervals)).busy_seconds;
 }
 
 std::vector<BusyIdle> per_step_busy_idle(const std::vector<LaunchedKernel>& kernels,

@@ -23,6 +23,8 @@ struct BusyIdle {
   double idle_seconds = 0;    // per device: from its first kernel start to its last kernel end, minus busy
 };
 BusyIdle busy_and_idle(std::vector<Interval> kernels);
+// The time during which at least one of the intervals runs, on whichever device (the union of all).
+double union_seconds(std::vector<Interval> intervals);
 
 // A kernel with the time its launch was called on the host (the API record with the same CUPTI
 // correlation id) or, for a kernel a graph ran, the graph and node it belongs to.

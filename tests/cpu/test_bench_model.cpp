@@ -51,6 +51,13 @@ TEST(BenchModel, BusyAndIdleFromKernelIntervals) {
   EXPECT_EQ(nested.idle_seconds, 0.0);
 }
 
+TEST(BenchModel, UnionOfIntervalsOnAnyDevice) {
+  // [0,10] on device 0 and [5,20] on device 1 overlap: 20 ns, not the 25 their durations add up to;
+  // then [30,40] on device 2 after a gap. busy_and_idle, per device, would give 35 ns.
+  EXPECT_NEAR(union_seconds({{5, 20, 1}, {30, 40, 2}, {0, 10, 0}}), 30e-9, 1e-18);
+  EXPECT_EQ(union_seconds({}), 0.0);
+}
+
 TEST(BenchModel, KernelsGoToTheStepThatLaunchedThem) {
   // Steps start on the host at 0, 100 and 200; kernels run later (a graph replay runs behind the host).
   const std::vector<LaunchedKernel> k = {
