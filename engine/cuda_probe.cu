@@ -36,7 +36,7 @@ std::string cuda_library_versions() {
   const bool blas_ok = cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
                        cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
                        cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS;
-  const size_t blas = static_cast<size_t>(major) * 10000 + static_cast<size_t>(minor) * 100 + static_cast<size_t>(patch);
+  const size_t blas = size_t(major) * 10000 + size_t(minor) * 100 + size_t(patch);
   return "CUDA runtime " + rt + ", cuDNN " + library_version(cudnnGetVersion(), CUDNN_VERSION) + ", cuBLAS " +
          (blas_ok ? library_version(blas, CUBLAS_VERSION) : std::string("unknown"));
 }
