@@ -37,6 +37,9 @@ class Backend {
   // What the steps since the last call add up to, and the counts set back to zero (read once per
   // epoch, so a GPU backend need not synchronise per step for them).
   virtual TrainStats take_train_stats() = 0;
+  // Whether a step since then had a non-finite loss, where the host knows without waiting (the CPU
+  // backend); a GPU mode says false and its divergence shows at the epoch's end.
+  virtual bool diverged_without_waiting() const { return false; }
   // Returns when all enqueued work has finished (the end of an epoch's timed training pass).
   virtual void synchronize() {}
   // Correct predictions over the whole split. batch_size is the training minibatch; a backend may

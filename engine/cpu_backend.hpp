@@ -31,6 +31,7 @@ class CpuBackend final : public Backend {
   std::vector<std::string> devices() const override;
   void train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) override;
   TrainStats take_train_stats() override;
+  bool diverged_without_waiting() const override { return tracker_.first_bad_plus_one != 0; }
   // On replica 0, as the source text evaluates on its first device.
   int64_t count_correct(const io::Split& data, int batch_size) override;
   std::vector<float> parameters(int replica) const override;

@@ -159,8 +159,9 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
     };
     const Clock::time_point t0 = Clock::now();
     // The epoch's training up to now (before a resume point too), once the enqueued work is done. Checked
-    // here, once per pass (the GPU modes keep the loss on the device): a step that diverged leaves a
-    // non-finite loss sum or non-finite parameters behind, which must never replace the last good checkpoint.
+    // here, at the pass's end (the GPU modes keep the loss on the device) or at the step whose loss the
+    // host saw diverge: a step that diverged leaves a non-finite loss sum or non-finite parameters
+    // behind, which must never replace the last good checkpoint.
     auto epoch_so_far = [&] {
       backend.synchronize();
       const double seconds = seconds_since(t0);
@@ -184,6 +185,7 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
       ++step;
       examples += batch.rows;
       bar.step(e + 1, b + 1, batches, examples, seconds_since(t0));
+      if (backend.diverged_without_waiting()) epoch_so_far();  // throws TrainingDiverged at once
       // A stop after an epoch's last step waits for the epoch's evaluation, metrics and checkpoint below.
       if (const int signal = b + 1 < batches ? stop_signal() : 0; signal != 0) {
         const EpochSoFar so_far = epoch_so_far();
