@@ -103,6 +103,7 @@ FashionMnist load_fashion_mnist(const std::string& dir, size_t train_limit, size
   const std::string train_labels = find_data_file(dir, "train-labels-idx1-ubyte");
   const std::string test_images = find_data_file(dir, "t10k-images-idx3-ubyte");
   const std::string test_labels = find_data_file(dir, "t10k-labels-idx1-ubyte");
+  data.files = {train_images, train_labels, test_images, test_labels};
   data.train = load_split(train_images, train_labels);
   data.test = load_split(test_images, test_labels);
   apply_limit(data.train, train_limit, "--train-limit", "training");

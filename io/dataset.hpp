@@ -29,6 +29,7 @@ struct Split {
 
 struct FashionMnist {
   std::string dir;
+  std::vector<std::string> files;  // the four IDX files read (raw or .gz)
   Split train;
   Split test;
 };

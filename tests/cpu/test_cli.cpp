@@ -614,6 +614,27 @@ TEST_F(Cli, MetricsThatIsAHardLinkToTheCheckpointIsRefused) {
                      "--metrics and --resume name the same file");
 }
 
+TEST_F(Cli, OutputsThatNameADataFileAreRefused) {
+  // A small data set of our own, since the outputs below name its files.
+  const fs::path data = dir_ / "data";
+  fs::create_directory(data);
+  using lenet::testing::Bytes;
+  for (const auto& [prefix, count] : {std::pair<std::string, uint32_t>{"train", 64}, {"t10k", 32}}) {
+    lenet::testing::write_bytes((data / (prefix + "-images-idx3-ubyte")).string(), lenet::testing::idx_images(count));
+    lenet::testing::write_bytes((data / (prefix + "-labels-idx1-ubyte")).string(), lenet::testing::idx_labels(Bytes(count, 3)));
+  }
+  const std::string labels = (data / "train-labels-idx1-ubyte").string(), images = (data / "t10k-images-idx3-ubyte").string();
+  const std::string run_on = "--backend cpu --quiet --epochs 1 --data-dir '" + data.string() + "' ";
+  ASSERT_EQ(run(run_on).status, 0);
+  const auto size_before = fs::file_size(labels);
+  expect_usage_error(run_on + "--save '" + labels + "'", "--save " + labels + " names the data file " + labels);
+  // Through a symbolic link too, and for the metrics file.
+  fs::create_symlink(images, dir_ / "m.jsonl");
+  expect_usage_error(run_on + "--metrics '" + (dir_ / "m.jsonl").string() + "'", "names the data file " + images);
+  EXPECT_EQ(fs::file_size(labels), size_before);
+  EXPECT_EQ(run(run_on).status, 0) << "the data set is intact";
+}
+
 TEST_F(Cli, ParametersOnlySafetensorsLoadsButCannotResume) {
   const std::string ours = (dir_ / "ours.safetensors").string(), torch = (dir_ / "torch.safetensors").string();
   const std::string common = "--backend cpu --quiet --batch-size 64 --train-limit 256 --test-limit 200 ";
