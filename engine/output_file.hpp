@@ -145,6 +145,15 @@ inline std::string replaced_file_problem(const std::string& path) {
     if (std::string problem = new_file_problem(path); !problem.empty()) return problem;
   if (other_than_regular_file(path)) return path + ": not a regular file";
   if (standard_stream_of(path) != nullptr) return path + ": the file stdout or stderr writes (a rename would cut it off)";
+  // access() lets root through where no file can be made (/proc): make the rename's temporary file once,
+  // as a save will, and remove it.
+  const std::string probe = temporary_name(follow_links(path), ".tmp." + std::to_string(::getpid()) + ".probe");
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 && errno != EEXIST) return path + ": cannot create a file in its folder (" + std::strerror(errno) + ")";
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(probe.c_str());
+  }
   return "";
 }
 

@@ -400,6 +400,14 @@ TEST_F(CheckpointFiles, ReadOnlyFileIsRefusedBeforeTheRun) {
   EXPECT_EQ(lenet::engine::output_file_problem(path), path + ": is read-only");
 }
 
+// A folder where no file can be made is found before the run, for root too (access() lets root through
+// /proc's permissions), and the check leaves nothing behind where it can.
+TEST_F(CheckpointFiles, FolderWhereNoFileCanBeMadeIsRefusedBeforeTheRun) {
+  EXPECT_CONTAINS(lenet::engine::replaced_file_problem("/proc/lenet-checkpoint"), "/proc/lenet-checkpoint: cannot ");
+  EXPECT_EQ(lenet::engine::replaced_file_problem((dir_ / "c.safetensors").string()), "");
+  EXPECT_EQ(folder_entries(), std::vector<std::string>{});
+}
+
 // A symbolic link stays a link: the checkpoint goes to the file it names, existing or not yet.
 TEST_F(CheckpointFiles, SavingThroughASymbolicLinkWritesTheFileItNames) {
   std::filesystem::create_directory(dir_ / "real");
