@@ -5,12 +5,16 @@
 
 Reads JSON and JSON Lines files (folders are searched for *.json and *.jsonl) holding any of:
   - benchmark rows (lenet-bench's {"rows": [...]}, a PyTorch peer's single row, or a list of rows),
-  - lenet-train metrics lines (--metrics: one object per epoch),
+  - lenet-train metrics lines (--metrics: one object per epoch; a last line cut off, without its newline,
+    is skipped with a warning),
   - timelines ({"mode": ..., "steps": [{"step": k, "busy_ms": x, "idle_ms": y}, ...]}, timeline-*.json),
 and writes, each only when its data is there:
-  accuracy.png           test accuracy per epoch, one line per configuration (the source text's plot)
+  accuracy.png           test accuracy per epoch, one line per configuration (the source text's plot; runs
+                         of one epoch only where no run has more)
   seconds_per_epoch.png  seconds per epoch per implementation and replica count
   timeline.png           per step, busy time (kernels running) and idle time, one panel per timeline
+Made-up data (a row named "... (sample)", or a file in a folder named sample) is marked "(sample)" in
+each plot.
 Exit status: 0 done, 1 cannot write, 2 usage error, unreadable JSON or nothing usable; errors are one line.
 """
 
@@ -133,7 +137,8 @@ def parse_file(path):
             if len([l for l in text.splitlines() if l.strip()]) < 2:
                 raise PlotError(f"{path}: unreadable JSON ({whole})")
     values = []
-    for number, line in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
@@ -143,6 +148,11 @@ def parse_file(path):
         except ValueError as e:
             if not path.endswith(".jsonl"):
                 raise PlotError(f"{path}: unreadable JSON ({whole})")
+            # A last line without its newline is a write cut short (a run stopped by a time limit): the
+            # lines before it are still the run's.
+            if number == len(lines) and not text.endswith("\n") and isinstance(e, json.JSONDecodeError):
+                say(f"{path}:{number}: last line cut off (no newline at its end, unreadable JSON); skipped")
+                continue
             raise PlotError(f"{path}:{number}: unreadable JSON ({e})")
     return values
 
@@ -223,6 +233,19 @@ def metrics_label(m):
     return f"{head} R={m.get('replicas', '?')}"
 
 
+def is_sample(path, rec):
+    """Made-up data: a row named "... (sample)", or any record of a file in a folder named sample (as
+    profiling/results/sample, whose metrics lines and timelines have no name to say it)."""
+    name = rec.get("name")
+    return ((isinstance(name, str) and "(sample)" in name)
+            or os.path.basename(os.path.dirname(os.path.abspath(path))) == "sample")
+
+
+def marked(label, sample):
+    """label with " (sample)" where it is made-up data and does not say so already."""
+    return f"{label} (sample)" if sample and "(sample)" not in label else label
+
+
 def unique_labels(items):
     """items: (label, path). Labels that repeat get their file's name, then a number."""
     labels = [l for l, _ in items]
@@ -239,7 +262,8 @@ def unique_labels(items):
 
 def accuracy_series(bench, metrics):
     """[(label, epochs, accuracies)]: a line per benchmark row with accuracies and per metrics run, named
-    with the batch size and lr where the lines differ in them."""
+    with the batch size and lr where the lines differ in them. Runs of one epoch are left out where a run
+    has more (gpu-check.sh's one-epoch sweep beside its ten-epoch runs: points among curves)."""
     entries = []  # (name, path, row or a run's first metrics line, epochs, accuracies)
     for path, row in bench:
         acc = row.get("test_acc_per_epoch")
@@ -247,9 +271,16 @@ def accuracy_series(bench, metrics):
         if isinstance(acc, list) and acc and not all(is_number(a) and 0 <= a <= 1 for a in acc):
             say(f"{path}: {name}: test accuracies that are not numbers from 0 to 1; not drawn")
         elif isinstance(acc, list) and acc:
-            entries.append((name, path, row, list(range(1, len(acc) + 1)), acc))
+            entries.append((marked(name, is_sample(path, row)), path, row, list(range(1, len(acc) + 1)), acc))
     for run in metrics_runs(metrics):
-        entries.append((metrics_label(run["first"]), run["path"], run["first"], run["epochs"], run["acc"]))
+        entries.append((marked(metrics_label(run["first"]), is_sample(run["path"], run["first"])), run["path"],
+                        run["first"], run["epochs"], run["acc"]))
+    longer = [e for e in entries if len(e[3]) > 1]
+    if longer and len(longer) < len(entries):
+        n = len(entries) - len(longer)
+        say(f"accuracy.png: {n} run{'s' if n > 1 else ''} of one epoch left out (drawn only where no run has "
+            "more epochs)")
+        entries = longer
     series = []
     seen = set()
     for (name, path, _, x, y), suffix in zip(entries, settings_suffixes([e[2] for e in entries], ACC_SETTINGS)):
@@ -309,13 +340,23 @@ def seconds_table(bench):
         name = impl if mode in impl else f"{impl} {mode}".strip()
         if kinds_differ and device_kind(r) not in (mode, None):
             name += f" on {device_kind(r)}"
-        name += suffix
+        name = marked(name, is_sample(path, r)) + suffix
         cell = table.setdefault(name, {})
         if cell.get(int(r["replicas"]), r["seconds_per_epoch"]) != r["seconds_per_epoch"]:
             say(f"{name} R={int(r['replicas'])} appears more than once with different times; using the one "
                 f"from {path}")
         cell[int(r["replicas"])] = r["seconds_per_epoch"]
     return table
+
+
+def panel_title(panel):
+    """A timeline panel's title: mode, replicas, mean busy and idle ms per step, and the file."""
+    mode, path, t, steps = panel
+    busy = sum(s[1] for s in steps) / len(steps)
+    idle = sum(s[2] for s in steps) / len(steps)
+    extra = f", R={t['replicas']}" if "replicas" in t else ""
+    return marked(f"{mode}{extra}", is_sample(path, t)) + \
+        f": {three_digits(busy)} ms busy + {three_digits(idle)} ms idle per step ({stem(path)})"
 
 
 def timeline_panels(timelines):
@@ -368,18 +409,37 @@ def save(plt, fig, out_dir, name):
     return path
 
 
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def line_style(i):
+    """The i-th line's colour and line style: the colour cycle's ten colours, then again in another style (a
+    pair repeats after 40 lines)."""
+    return f"C{i % 10}", LINE_STYLES[i // 10 % len(LINE_STYLES)]
+
+
+def legend_options(n):
+    """The accuracy legend of n lines: inside, lower right, for a few; beside the axes, in columns of at most
+    20, for more (inside it would cover the curves)."""
+    if n <= 8:
+        return {"fontsize": "small", "loc": "lower right"}
+    return {"fontsize": "x-small", "loc": "upper left", "bbox_to_anchor": (1.02, 1), "borderaxespad": 0,
+            "ncol": math.ceil(n / 20)}
+
+
 def draw_accuracy(plt, series, out_dir):
     fig, ax = plt.subplots(figsize=(7, 4.5))
     last = 1
-    for label, x, y in series:
-        ax.plot(x, y, marker="o", markersize=3, label=text(label))
+    for i, (label, x, y) in enumerate(series):
+        color, style = line_style(i)
+        ax.plot(x, y, color=color, linestyle=style, marker="o", markersize=3, label=text(label))
         last = max(last, max(x))
     ax.set_xlabel("epoch")
     ax.set_ylabel("test acc")
     ax.set_xlim(1, max(last, 2))
     ax.set_ylim(0, 1)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small", loc="lower right")
+    ax.legend(**legend_options(len(series)))
     ax.set_title("test accuracy per epoch")
     return save(plt, fig, out_dir, "accuracy.png")
 
@@ -414,15 +474,13 @@ def draw_seconds(plt, table, out_dir):
 def draw_timeline(plt, panels, out_dir):
     # Shared y axis: the point of the figure is how much of a step each mode spends idle.
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.6 * len(panels) + 0.6), sharey=True, squeeze=False)
-    for ax, (mode, path, t, steps) in zip(axes[:, 0], panels):
+    for ax, panel in zip(axes[:, 0], panels):
+        steps = panel[3]
         x = [s[0] for s in steps]
         busy = [s[1] for s in steps]
-        idle = [s[2] for s in steps]
         ax.bar(x, busy, width=1.0, color="tab:blue", label="kernels running")
-        ax.bar(x, idle, width=1.0, bottom=busy, color="tab:orange", label="idle")
-        extra = f", R={t['replicas']}" if "replicas" in t else ""
-        per_step = f"{three_digits(sum(busy) / len(busy))} ms busy + {three_digits(sum(idle) / len(idle))} ms idle per step"
-        ax.set_title(text(f"{mode}{extra}: {per_step} ({stem(path)})"), fontsize="small")
+        ax.bar(x, [s[2] for s in steps], width=1.0, bottom=busy, color="tab:orange", label="idle")
+        ax.set_title(text(panel_title(panel)), fontsize="small")
         ax.set_ylabel("ms")
         ax.legend(fontsize="x-small", loc="upper right")
     axes[-1, 0].set_xlabel("step")

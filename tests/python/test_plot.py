@@ -3,7 +3,9 @@
 Run from the repository root: python3 -m unittest discover -s tests/python -v
 """
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -53,6 +55,15 @@ class PlotErrors(unittest.TestCase):
                 f.write(json.dumps({"epoch": 1, "test_acc": 0.5}) + "\n{oops\n")
             line = self.assert_one_line_error(run_plot("--out", d, d), 2)
             self.assertIn("m.jsonl:2", line)
+
+    def test_other_unreadable_lines_stay_errors(self):
+        good = json.dumps({"epoch": 1, "test_acc": 0.5})
+        # Only a last line without its newline is a write cut short: one in the middle is an error, and so
+        # is a last line that ends in a newline (test_bad_json_lines_names_the_line).
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "m.jsonl"), "w") as f:
+                f.write(good + "\n{oops\n" + good)
+            self.assertIn("m.jsonl:2: unreadable JSON", self.assert_one_line_error(run_plot("--out", d, d), 2))
 
     def test_missing_input(self):
         with tempfile.TemporaryDirectory() as d:
@@ -167,6 +178,21 @@ class PlotSample(unittest.TestCase):
             self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
             self.assertIn("cannot draw (Image size of", r.stderr)
 
+    def test_a_cut_off_last_line_does_not_stop_the_plots(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "good.jsonl"), "w") as f:
+                for e in (1, 2):
+                    f.write(json.dumps({"epoch": e, "test_acc": 0.4 * e, "mode": "naive"}) + "\n")
+            with open(os.path.join(d, "cut.jsonl"), "w") as f:
+                for e in (1, 2):
+                    f.write(json.dumps({"epoch": e, "test_acc": 0.3 * e, "mode": "graph"}) + "\n")
+                f.write('{"epoch": 3, "test_a')  # a run stopped while writing
+            r = run_plot("--out", os.path.join(d, "out"), d)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assert_png(os.path.join(d, "out", "accuracy.png"))
+            self.assertEqual(r.stderr, f"plot.py: {os.path.join(d, 'cut.jsonl')}:3: last line cut off (no newline at "
+                                       "its end, unreadable JSON); skipped\n")
+
     def test_metrics_file_with_several_runs_and_rows_in_a_list(self):
         with tempfile.TemporaryDirectory() as d:
             src = os.path.join(d, "in")
@@ -195,8 +221,65 @@ class PlotModule(unittest.TestCase):
         spec.loader.exec_module(cls.plot)
 
 
+class CutOffLine(PlotModule):
+    def test_the_lines_before_a_cut_off_last_line_are_read(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "m.jsonl")
+            with open(path, "w") as f:
+                f.write('{"epoch": 1, "test_acc": 0.5}\n\n{"epoch": 2, "test_acc": 0.6}\n{"epoch": 3, "te')
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                values = self.plot.parse_file(path)
+            self.assertEqual([v["epoch"] for v in values], [1, 2])
+            self.assertEqual(err.getvalue(), f"plot.py: {path}:4: last line cut off (no newline at its end, "
+                                             "unreadable JSON); skipped\n")
+            # A complete last line without its newline is read.
+            with open(path, "w") as f:
+                f.write('{"epoch": 1, "test_acc": 0.5}\n{"epoch": 2, "test_acc": 0.6}')
+            self.assertEqual([v["epoch"] for v in self.plot.parse_file(path)], [1, 2])
+            # A .json file is one document: cut off, it is an error.
+            path = os.path.join(d, "m.json")
+            with open(path, "w") as f:
+                f.write('{"epoch": 1, "test_acc": 0.5}\n{"epoch": 2, "te')
+            with self.assertRaises(self.plot.PlotError):
+                self.plot.parse_file(path)
+
+
 class AccuracySeries(PlotModule):
     """plot.py's grouping of test accuracies into lines."""
+
+    def test_runs_of_one_epoch_only_where_no_run_has_more(self):
+        def run(mode, batch_size, epochs):
+            return [("m.jsonl", {"backend": "cuda", "mode": mode, "replicas": 1, "batch_size": batch_size, "lr": 0.2,
+                                 "epoch": e, "test_acc": 0.1 * e}) for e in range(1, epochs + 1)]
+        # gpu-check.sh's folder: ten-epoch runs beside a one-epoch sweep of other batch sizes.
+        sweep = [line for b in (64, 1024) for mode in ("naive", "graph") for line in run(mode, b, 1)]
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            series = self.plot.accuracy_series([], run("naive", 256, 10) + sweep + run("graph", 256, 10))
+        # The sweep's batch sizes do not name the lines that are drawn.
+        self.assertEqual([(label, len(x)) for label, x, _ in series], [("cuda naive R=1", 10), ("cuda graph R=1", 10)])
+        self.assertIn("accuracy.png: 4 runs of one epoch left out", err.getvalue())
+        # A benchmark row of one epoch is a run of one epoch too.
+        series = self.plot.accuracy_series([("b.json", {"name": "x", "test_acc_per_epoch": [0.5]})],
+                                           run("naive", 256, 2))
+        self.assertEqual([label for label, _, _ in series], ["cuda naive R=1"])
+        # Where every run has one epoch, each is drawn (as a point).
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            series = self.plot.accuracy_series([], sweep)
+        self.assertEqual(len(series), 4)
+        self.assertEqual(err.getvalue(), "")
+
+    def test_many_lines_stay_apart(self):
+        styles = [self.plot.line_style(i) for i in range(40)]
+        self.assertEqual(len(set(styles)), 40)
+        self.assertNotIn("bbox_to_anchor", self.plot.legend_options(8))
+        # More lines: the legend beside the axes (x beyond 1), at most 20 to a column.
+        for n in (9, 20, 28, 41):
+            options = self.plot.legend_options(n)
+            self.assertGreater(options["bbox_to_anchor"][0], 1)
+            self.assertLessEqual(n / options["ncol"], 20)
 
     def test_numbers_out_of_range_are_not_drawn(self):
         big = 10 ** 400  # valid JSON, beyond any float
@@ -241,12 +324,13 @@ class AccuracySeries(PlotModule):
                 "test_acc": 0.5}
         # Three runs in one file (each starts again at epoch 1); the first two are one configuration with
         # one result, drawn once.
-        series = self.plot.accuracy_series([("a.json", row)], [("m.jsonl", line), ("m.jsonl", dict(line, batch_size=256.0)),
-                                                               ("m.jsonl", dict(line, batch_size=64))])
+        two = lambda l: [("m.jsonl", l), ("m.jsonl", dict(l, epoch=2, test_acc=0.6))]  # a run of two epochs
+        series = self.plot.accuracy_series([("a.json", row)], two(line) + two(dict(line, batch_size=256.0))
+                                           + two(dict(line, batch_size=64)))
         self.assertEqual([label for label, _, _ in series],
                          ["lenet-dp cpu R=1 B=256", "cpu R=1 B=256", "cpu R=1 B=64"])
         # Where all lines agree, no setting is named.
-        self.assertEqual([label for label, _, _ in self.plot.accuracy_series([("a.json", row)], [("m.jsonl", line)])],
+        self.assertEqual([label for label, _, _ in self.plot.accuracy_series([("a.json", row)], two(line))],
                          ["lenet-dp cpu R=1", "cpu R=1"])
 
 
@@ -282,6 +366,39 @@ class SecondsSeries(PlotModule):
         # Rows all on one kind of device keep their names.
         self.assertEqual(list(self.plot.seconds_table([("a.json", peer), ("c.json", ours)])),
                          ["pytorch-textbook", "lenet-dp cpu"])
+
+
+class SampleIsMarked(PlotModule):
+    """Made-up rows are "(sample)" in every plot, not only in the accuracy legend."""
+
+    def test_sample_folder_is_marked_in_each_plot(self):
+        with contextlib.redirect_stderr(io.StringIO()):
+            bench, metrics, timelines = self.plot.load([SAMPLE])
+        labels = [label for label, _, _ in self.plot.accuracy_series(bench, metrics)]
+        self.assertIn("cpu R=1 (sample)", labels)  # the metrics lines, which have no name to say it
+        self.assertEqual([label for label in labels if label.count("(sample)") != 1], [])
+        names = list(self.plot.seconds_table(bench))
+        self.assertIn("lenet-dp naive (sample)", names)
+        self.assertEqual([name for name in names if not name.endswith(" (sample)")], [])
+        titles = [self.plot.panel_title(p) for p in self.plot.timeline_panels(timelines)]
+        self.assertEqual(len(titles), 2)
+        for title in titles:
+            self.assertRegex(title, r"^(naive|graph), R=2 \(sample\): ")
+
+    def test_only_samples_are_marked(self):
+        row = {"name": "naive R=1", "impl": "lenet-dp", "mode": "naive", "replicas": 1, "seconds_per_epoch": 0.9}
+        made_up = dict(row, name="naive R=1 (sample)", seconds_per_epoch=0.5)
+        # A measured row and a made-up one of one configuration are two series, not one replacing the other.
+        table = self.plot.seconds_table([("/r/2026-12-02/bench.json", row), ("/r/other/bench.json", made_up)])
+        self.assertEqual(table, {"lenet-dp naive": {1: 0.9}, "lenet-dp naive (sample)": {1: 0.5}})
+        self.assertEqual(list(self.plot.seconds_table([("/r/sample/bench.json", row)])), ["lenet-dp naive (sample)"])
+        timeline = {"mode": "graph", "steps": [{"step": 0, "busy_ms": 0.5, "idle_ms": 0.1}]}
+        for path, title in (("/r/2026-12-02/timeline-graph-r1.json", "graph: 0.500 ms busy + 0.100 ms idle per step "
+                                                                      "(timeline-graph-r1)"),
+                            ("/r/sample/timeline-graph.json", "graph (sample): 0.500 ms busy + 0.100 ms idle per step "
+                                                              "(timeline-graph)")):
+            [panel] = self.plot.timeline_panels([(path, timeline)])
+            self.assertEqual(self.plot.panel_title(panel), title)
 
 
 class SampleIsLabelled(unittest.TestCase):
