@@ -97,6 +97,15 @@ std::vector<uint8_t> maybe_gunzip(std::vector<uint8_t> data, const std::string& 
     zs.avail_out = static_cast<uInt>(kChunk);
     rc = inflate(&zs, Z_NO_FLUSH);
     out.resize(old + (kChunk - zs.avail_out));
+    // A gzip file may hold several members one after another (`cat a.gz b.gz`, pigz): their data joined.
+    if (rc == Z_STREAM_END && zs.avail_in >= 2 && zs.next_in[0] == 0x1f && zs.next_in[1] == 0x8b) {
+      if (inflateReset(&zs) != Z_OK) {
+        inflateEnd(&zs);
+        throw DataError(name + ": zlib could not start inflating the next gzip member");
+      }
+      rc = Z_OK;
+      continue;
+    }
     if (rc == Z_STREAM_END) break;
     if (rc == Z_BUF_ERROR && zs.avail_in == 0) {
       inflateEnd(&zs);
@@ -110,7 +119,7 @@ std::vector<uint8_t> maybe_gunzip(std::vector<uint8_t> data, const std::string& 
     }
   }
   inflateEnd(&zs);
-  // A gzip file may hold several members; the data set's files hold one. Anything after it is junk.
+  // Anything after the last member is junk.
   if (zs.avail_in != 0) {
     throw DataError(name + ": " + std::to_string(zs.avail_in) + " unexpected bytes after the gzip stream");
   }

@@ -254,6 +254,21 @@ TEST_F(IdxFiles, CorruptGzipIsRejected) {
   EXPECT_CONTAINS(msg, "corrupt gzip");
 }
 
+// Several gzip members one after another (`cat a.gz b.gz`) hold their data joined, as gzip -d reads them.
+TEST_F(IdxFiles, GzipMembersAreReadOneAfterAnother) {
+  if (!lenet::io::gzip_supported()) GTEST_SKIP() << "built without zlib";
+  const Bytes labels = {1, 2, 3, 4, 5, 6, 7};
+  const Bytes whole = idx_labels(labels);
+  const size_t cut = 10;  // inside the labels, past the 8-byte header
+  Bytes gz = lenet::testing::read_bytes(write_gz("a.gz", Bytes(whole.begin(), whole.begin() + cut)));
+  const Bytes second = lenet::testing::read_bytes(write_gz("b.gz", Bytes(whole.begin() + cut, whole.end())));
+  gz.insert(gz.end(), second.begin(), second.end());
+  EXPECT_EQ(lenet::io::read_idx_labels(write_raw("lab.gz", gz)), labels);
+  // A member cut short is still a truncated file.
+  gz.resize(gz.size() - 4);
+  EXPECT_CONTAINS(data_error_of([&] { lenet::io::read_idx_labels(write_raw("cut.gz", gz)); }), "truncated gzip");
+}
+
 TEST_F(IdxFiles, JunkAfterGzipStreamIsRejected) {
   if (!lenet::io::gzip_supported()) GTEST_SKIP() << "built without zlib";
   Bytes gz = lenet::testing::read_bytes(write_gz("full.gz", idx_labels({1, 2})));
