@@ -47,7 +47,6 @@ std::string version_text() {
 
 void validate(const CliOptions& o) {
   const TrainOptions& t = o.train;
-  if (!float32_positive(t.lr)) throw UsageError("--lr " + format_double(t.lr) + ": " + kFloat32PositiveRule);
   if (t.epochs == 0 && o.load_path.empty())  // a negative count is the flag's range error
     throw UsageError("--epochs 0: must be at least 1 (0 only with --load, to evaluate)");
   if (!o.load_path.empty() && !o.resume_path.empty()) throw UsageError("--load and --resume: give one of them");
@@ -118,7 +117,7 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
                kProgram};
   int num_gpus = 0, replicas = 0;
   long long train_limit = 0, test_limit = 0;
-  std::string seed = std::to_string(o.train.seed);
+  std::string seed = std::to_string(o.train.seed), lr = format_double(o.train.lr);
   app.add_option("--num-gpus", num_gpus, "Use GPUs 0..N-1 (default: all visible). On the CPU backend: the default --replicas")
       ->check(decimal(1));
   app.add_option("--replicas", replicas, "Data-parallel replicas (default: the number of GPUs used; on the CPU, --num-gpus or 1)")
@@ -126,7 +125,7 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   app.add_option("--batch-size", o.train.batch_size, "Global minibatch size, split over the replicas")
       ->check(decimal(1))
       ->capture_default_str();
-  app.add_option("--lr", o.train.lr, "SGD learning rate")->capture_default_str();
+  app.add_option("--lr", lr, "SGD learning rate")->capture_default_str()->type_name("FLOAT");
   app.add_option("--epochs", o.train.epochs,
                  "Passes over the training set (with --resume, in all; default: the interrupted run's)")
       ->check(decimal(0))
@@ -173,6 +172,7 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   }
   if (const std::string flag = option_with_empty_value(app); !flag.empty()) throw UsageError(flag + ": empty value");
   if (!parse_seed(seed, o.train.seed)) throw UsageError("--seed " + seed + ": " + kU64Rule);
+  if (!parse_lr(lr, o.train.lr)) throw UsageError("--lr " + lr + ": " + kFloat32PositiveRule);
   if (app.count("--num-gpus")) o.num_gpus = num_gpus;
   o.epochs_given = app.count("--epochs") > 0;
   o.seed_given = app.count("--seed") > 0;

@@ -1,6 +1,6 @@
 // Numbers as text, exactly and independent of the C locale: the shortest decimal that reads back to the
 // same double, and a strict unsigned parse (digits only, no sign, no leading zero, no overflow). And two
-// checks of floats: a learning rate float32 keeps, and finite parameters.
+// checks of floats: a learning rate float32 keeps (and its parse), and finite parameters.
 #pragma once
 #include <charconv>
 #include <cmath>
@@ -32,6 +32,14 @@ inline bool parse_seed(const std::string& s, uint64_t& v) { return parse_u64(s.r
 // 2^128 - 2^103, half an ulp above the largest float, rounds to infinity and anything below it to a float.
 inline bool float32_positive(double v) { return v > 0x1p-150 && v < 0x1p128 - 0x1p103; }
 inline constexpr const char* kFloat32PositiveRule = "must be a number that rounds to a finite float32 above 0 (1.4e-45 to 3.4e38 once rounded)";
+
+// A --lr value: a decimal number after an optional '+' (no spaces, no hex, nothing after it) that
+// float32_positive takes. The text, not a parsed double, goes into the error ("1e400", not "inf").
+inline bool parse_lr(const std::string& s, double& v) {
+  const size_t d = s.rfind('+', 0) == 0;
+  const auto r = std::from_chars(s.data() + d, s.data() + s.size(), v);
+  return s.size() > d && r.ec == std::errc() && r.ptr == s.data() + s.size() && float32_positive(v);
+}
 
 inline bool all_finite(const std::vector<float>& v) {
   for (const float x : v)

@@ -56,6 +56,7 @@ struct Options {
   int timed_epochs = 2;
   uint64_t seed = 1;
   std::string seed_text = "1";
+  std::string lr_text = "0.2";  // parsed into lr
   int num_gpus = 0;  // 0: all visible
   std::string data_dir, json_path, markdown_path;  // empty: not written
   long long train_limit = 0, test_limit = 0;
@@ -344,7 +345,7 @@ int main(int argc, char** argv) {
       ->delimiter(',')->check(engine::decimal(1, 64))->capture_default_str();
   app.add_option("--batch-size", o.batch_size, "Global minibatch size")
       ->check(engine::decimal(1, 1 << 20))->capture_default_str();
-  app.add_option("--lr", o.lr, "SGD learning rate (> 0, a float32)")->capture_default_str();
+  app.add_option("--lr", o.lr_text, "SGD learning rate (> 0, a float32)")->capture_default_str()->type_name("FLOAT");
   app.add_option("--epochs", o.timed_epochs,
                  "Timed epochs per configuration, after one warm-up epoch (a row's \"epochs\" counts every epoch trained)")
       ->check(engine::decimal(1, 1000))->capture_default_str();
@@ -397,8 +398,8 @@ int main(int argc, char** argv) {
     say("--seed " + o.seed_text + ": " + engine::kU64Rule);
     return 2;
   }
-  if (!engine::float32_positive(o.lr)) {
-    say("--lr " + engine::format_double(o.lr) + ": " + engine::kFloat32PositiveRule);
+  if (!engine::parse_lr(o.lr_text, o.lr)) {
+    say("--lr " + o.lr_text + ": " + engine::kFloat32PositiveRule);
     return 2;
   }
   if (!o.json_path.empty() && !o.markdown_path.empty() && engine::same_file(o.json_path, o.markdown_path)) {
