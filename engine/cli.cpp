@@ -168,6 +168,8 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
     for (int i = 1; i < argc; ++i) given += std::string(argv[i]).substr(0, std::string(argv[i]).find('=')) == flag;
     throw UsageError(given > 1 ? flag + ": given more than once (see --help)" : what + " (see --help)");
   } catch (const CLI::ParseError& e) {
+    // An empty value a check refused ("--backend ''") is named as such, as elsewhere.
+    if (const std::string flag = option_with_empty_value(app); !flag.empty()) throw UsageError(flag + ": empty value");
     throw UsageError(std::string(e.what()) + " (see --help)");
   }
   if (const std::string flag = option_with_empty_value(app); !flag.empty()) throw UsageError(flag + ": empty value");

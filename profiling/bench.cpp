@@ -374,7 +374,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    say(std::string(e.what()) + " (see --help)");
+    // An empty value a check refused ("--modes ''") is named as such, as below.
+    const std::string flag = engine::option_with_empty_value(app);
+    say(flag.empty() ? std::string(e.what()) + " (see --help)" : flag + ": empty value");
     return 2;
   }
   if (const std::string flag = engine::option_with_empty_value(app); !flag.empty()) {

@@ -674,6 +674,9 @@ TEST_F(Cli, OutputFlagsThatCannotBeHonouredAreRefusedBeforeTraining) {
   for (const char* flag : {"--save", "--metrics", "--load", "--resume", "--data-dir", "--epochs", "--batch-size", "--lr",
                            "--seed", "--train-limit"})
     expect_usage_error(std::string("--backend cpu ") + flag + " ''", std::string(flag) + ": empty value");
+  // Also where a check of the value refuses it first.
+  for (const char* flag : {"--backend", "--mode", "--num-gpus"})
+    expect_usage_error(std::string(flag) + " ''", std::string(flag) + ": empty value");
   const std::string a = (dir_ / "a.safetensors").string();
   ASSERT_EQ(run("--backend cpu --quiet --epochs 1 --train-limit 64 --test-limit 64 --save '" + a + "'").status, 0);
   // The metrics file cannot also be a checkpoint read or written (one would destroy the other).
