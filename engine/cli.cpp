@@ -476,8 +476,9 @@ int run_cli(int argc, const char* const* argv) {
                          std::to_string(fingerprint) + ", saved " + std::to_string(*st.train_fingerprint) +
                          "); give the --data-dir it had");
       }
-      if (st.step >= batches * uint64_t(o.train.epochs)) {
-        throw UsageError("--resume " + o.resume_path + ": the run already did " + std::to_string(st.step) + " steps, all of " +
+      if (const uint64_t asked = batches * uint64_t(o.train.epochs); st.step >= asked) {
+        throw UsageError("--resume " + o.resume_path + ": the run already did " + std::to_string(st.step) + " steps, " +
+                         (st.step == asked ? "all " : "more than the ") + std::to_string(asked) + " of " +
                          (o.epochs_given ? "" : "its ") + "--epochs " + std::to_string(o.train.epochs) +
                          "; raise --epochs to go on");
       }

@@ -450,7 +450,8 @@ TEST_F(Cli, SaveResumeEqualsUninterruptedAndLoadEvaluates) {
                      "--batch-size differs from the value 64 saved in --resume");
   expect_usage_error(common + "--epochs 3 --resume '" + b + "' --seed 2", "--seed differs from the value 1 saved in --resume");
   expect_usage_error(common + "--load '" + a + "' --resume '" + b + "'", "--resume");
-  expect_usage_error(common + "--resume '" + b + "'", "raise --epochs");
+  expect_usage_error(common + "--resume '" + b + "'", "the run already did 16 steps, all 16 of its --epochs 2; raise --epochs to go on");
+  expect_usage_error(common + "--epochs 1 --resume '" + b + "'", "the run already did 16 steps, more than the 8 of --epochs 1;");
   // Another test set would give metrics that do not compare with the interrupted run's.
   expect_usage_error("--backend cpu --quiet --epochs 3 --test-limit 50 --resume '" + b + "'",
                      "--test-limit differs from the value 100 saved in --resume");
@@ -696,6 +697,13 @@ TEST_F(Cli, OutputFlagsThatCannotBeHonouredAreRefusedBeforeTraining) {
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("is a folder, not a file name (--save)"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("epoch 1/1"), std::string::npos) << "refused only after training: " << r.err;
+  // A metrics file that cannot be made, with the system's reason (root passes access() in /proc).
+  const Result proc = run("--backend cpu --epochs 1 --train-limit 64 --test-limit 64 --metrics /proc/lenet-metrics");
+  EXPECT_EQ(proc.status, 1);
+  EXPECT_NE(proc.err.find(::geteuid() == 0 ? "/proc/lenet-metrics: cannot open the --metrics file for writing (No such file"
+                                           : "/proc/lenet-metrics: cannot write into the folder /proc"),
+            std::string::npos) << proc.err;
+  EXPECT_EQ(proc.err.find("epoch 1/1"), std::string::npos) << "refused only after training: " << proc.err;
   // Renamed over, the file stdout writes would be cut off from it.
   const Result out = run("--backend cpu --epochs 1 --train-limit 64 --test-limit 64 --save /dev/stdout");
   EXPECT_EQ(out.status, 1);
