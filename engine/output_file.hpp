@@ -94,7 +94,7 @@ inline std::string temporary_name(const std::string& target, const std::string& 
 }
 
 // Why a new file cannot be made at `path`: its folder (the folder of the file a symbolic link names) is
-// not writable, or its name is longer than that folder takes; empty when none.
+// not writable or takes no new file, or the name is longer than that folder takes; empty when none.
 inline std::string new_file_problem(const std::string& path) {
   std::error_code ec;
   const std::filesystem::path file = std::filesystem::absolute(follow_links(path), ec), folder = file.parent_path();
@@ -102,6 +102,16 @@ inline std::string new_file_problem(const std::string& path) {
     return path + ": cannot write into the folder " + folder.string();
   if (const size_t most = longest_name(folder); file.filename().string().size() > most)
     return path + ": a file name longer than the " + std::to_string(most) + " bytes its folder takes";
+  // access() lets root through where no file can be made (/proc): make one there, as a checkpoint's
+  // temporary file is made, and remove it.
+  const std::string probe = temporary_name(file.string(), ".tmp." + std::to_string(::getpid()) + ".probe");
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 && errno != EEXIST)
+    return path + ": cannot create a file in the folder " + folder.string() + " (" + std::strerror(errno) + ")";
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(probe.c_str());
+  }
   return "";
 }
 
@@ -140,20 +150,11 @@ inline std::ostream* standard_stream_of(const std::string& path) {
 // be possible in its folder, and what `path` names must be a regular file, or nothing yet.
 inline std::string replaced_file_problem(const std::string& path) {
   if (std::string problem = output_file_problem(path); !problem.empty()) return problem;
+  if (other_than_regular_file(path)) return path + ": not a regular file";
   // The rename's new file (for a path that names nothing yet, output_file_problem checked that already).
   if (::access(path.c_str(), F_OK) == 0)
     if (std::string problem = new_file_problem(path); !problem.empty()) return problem;
-  if (other_than_regular_file(path)) return path + ": not a regular file";
   if (standard_stream_of(path) != nullptr) return path + ": the file stdout or stderr writes (a rename would cut it off)";
-  // access() lets root through where no file can be made (/proc): make the rename's temporary file once,
-  // as a save will, and remove it.
-  const std::string probe = temporary_name(follow_links(path), ".tmp." + std::to_string(::getpid()) + ".probe");
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0 && errno != EEXIST) return path + ": cannot create a file in its folder (" + std::strerror(errno) + ")";
-  if (fd >= 0) {
-    ::close(fd);
-    ::unlink(probe.c_str());
-  }
   return "";
 }
 

@@ -5,8 +5,10 @@
 // to the first row; then the arithmetic floor, the allreduce alone (ring versus the textbook's gather to
 // replica 0) and a projection to several GPUs. Writes the tables as JSON and Markdown.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -559,7 +561,12 @@ int main(int argc, char** argv) {
       if (stream == nullptr) {
         // A pipe's reader may have gone during the benchmark: the open would then wait for another.
         if (const engine::PipeWriteEnd pipe(path); !pipe.problem().empty()) throw std::runtime_error(pipe.problem());
+        errno = 0;
         file.open(path);
+        if (!file) {
+          throw std::runtime_error(path + ": cannot open for writing" +
+                                   (errno != 0 ? std::string(" (") + std::strerror(errno) + ")" : std::string()));
+        }
         stream = &file;
       }
       if (const std::string failed = engine::write_all(*stream, text, path); !failed.empty()) throw std::runtime_error(failed);

@@ -278,6 +278,9 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
             "lenet-bench: error: " + dir_.string() + "/missing\\n\\x1b[2J/b.json: cannot write into the folder " +
                 dir_.string() + "/missing\\n\\x1b[2J\n");
+  // A folder that takes no new file, found before the run for root too (access() lets root through /proc).
+  EXPECT_EQ(run_bench("--json /proc/lenet-bench.json"), 1);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err").rfind("lenet-bench: error: /proc/lenet-bench.json: cannot ", 0), 0u);
   EXPECT_EQ(run_bench("--num-gpus 2"), 2);  // `base` benchmarks the CPU only
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
             "lenet-bench: --num-gpus 2: only the GPU modes place replicas on GPUs, and --modes has none\n");
