@@ -493,7 +493,6 @@ int main(int argc, char** argv) {
     std::string peer_notes;
     for (const profiling::BenchRow& p : peer_rows)
       peer_notes += profiling::peer_mismatch(p, int64_t(data.train.size()), o.batch_size, o.lr);
-    std::cerr << peer_notes;
     std::ostringstream md;
     md << "# lenet-bench\n\n" << data.train.size() << " training examples, batch " << o.batch_size << ", lr "
        << engine::format_double(o.lr) << ", seed " << o.seed << "; seconds per epoch are the training pass only, mean of " << o.timed_epochs
@@ -553,6 +552,8 @@ int main(int argc, char** argv) {
     if (stdout_taken) std::cerr << md.str() << std::flush;  // to be seen; the result is in the files
     else if (const std::string failed = engine::write_all(std::cout, md.str(), "stdout"); !failed.empty())
       throw std::runtime_error(failed);
+    // The peers' notes, which the table ends with, are also seen where the table goes to a file.
+    if (!stdout_taken && ::isatty(STDOUT_FILENO) != 1) std::cerr << peer_notes << std::flush;
     for (const auto& [path, text] : {std::pair<const std::string&, std::string>{o.markdown_path, md.str()},
                                      {o.json_path, out.dump(2) + "\n"}}) {
       if (path.empty()) continue;
