@@ -496,7 +496,8 @@ int main(int argc, char** argv) {
     std::ostringstream md;
     md << "# lenet-bench\n\n" << data.train.size() << " training examples, batch " << o.batch_size << ", lr "
        << engine::format_double(o.lr) << ", seed " << o.seed << "; seconds per epoch are the training pass only, mean of " << o.timed_epochs
-       << " epoch(s) after a warm-up epoch"
+       << " epoch(s) after a warm-up epoch; 'host ms/step' is the host's time to issue a step (on the CPU backend, "
+          "the whole step); 'test acc' is after a row's last epoch (a peer's own epoch count)"
        << (wants_gpu && !o.no_trace ? "; CUPTI columns from one further traced epoch: 'idle' is time between a "
                                       "device's first and last kernel with no kernel running (copies count as idle), "
                                       "'kernels/step' counts kernels launched by the host (not by a graph), "
