@@ -11,6 +11,7 @@
 #include <iostream>
 #include <string>
 #include <system_error>
+#include <vector>
 
 namespace lenet::engine {
 
@@ -31,11 +32,14 @@ inline void prepare_output() {
   ::signal(SIGXFSZ, SIG_IGN);
 }
 
+// " (the system's reason)" for an errno value, or nothing for 0 (a stream may fail without one).
+inline std::string reason(int err) { return err != 0 ? std::string(" (") + std::strerror(err) + ")" : std::string(); }
+
 // Writes `text` to `out` and flushes it: empty when that worked, else "WHAT: write failed (reason)".
 inline std::string write_all(std::ostream& out, const std::string& text, const std::string& what) {
   errno = 0;
   if (out << text << std::flush) return "";
-  return what + ": write failed" + (errno != 0 ? std::string(" (") + std::strerror(errno) + ")" : std::string());
+  return what + ": write failed" + reason(errno);
 }
 
 // A message as one line: the control characters a file name or a flag's value may bring (a newline, an
@@ -102,17 +106,19 @@ inline std::string new_file_problem(const std::string& path) {
     return path + ": cannot write into the folder " + folder.string();
   if (const size_t most = longest_name(folder); file.filename().string().size() > most)
     return path + ": a file name longer than the " + std::to_string(most) + " bytes its folder takes";
-  // access() lets root through where no file can be made (/proc): make one there, as a checkpoint's
-  // temporary file is made, and remove it.
-  const std::string probe = temporary_name(file.string(), ".tmp." + std::to_string(::getpid()) + ".probe");
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0 && errno != EEXIST)
-    return path + ": cannot create a file in the folder " + folder.string() + " (" + std::strerror(errno) + ")";
-  if (fd >= 0) {
-    ::close(fd);
-    ::unlink(probe.c_str());
+  // access() lets root through where no file can be made (/proc): make one there. Unnamed where the file
+  // system can (nothing appears in the folder, nothing is left behind), else named as a checkpoint's
+  // temporary file is, and removed.
+  int fd = ::open(folder.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  int err = errno;
+  if (fd < 0 && (err == EOPNOTSUPP || err == EISDIR)) {
+    const std::string probe = temporary_name(file.string(), ".tmp." + std::to_string(::getpid()) + ".probe");
+    fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    err = fd < 0 && errno == EEXIST ? 0 : errno;  // EEXIST: a file could be made there
+    if (fd >= 0) ::unlink(probe.c_str());
   }
-  return "";
+  if (fd >= 0) ::close(fd);
+  return fd < 0 && err != 0 ? path + ": cannot create a file in the folder " + folder.string() + reason(err) : "";
 }
 
 // Why `path` cannot be written as a file: it names a folder, a loop of symbolic links or a file that
@@ -151,11 +157,9 @@ inline std::ostream* standard_stream_of(const std::string& path) {
 inline std::string replaced_file_problem(const std::string& path) {
   if (std::string problem = output_file_problem(path); !problem.empty()) return problem;
   if (other_than_regular_file(path)) return path + ": not a regular file";
-  // The rename's new file (for a path that names nothing yet, output_file_problem checked that already).
-  if (::access(path.c_str(), F_OK) == 0)
-    if (std::string problem = new_file_problem(path); !problem.empty()) return problem;
   if (standard_stream_of(path) != nullptr) return path + ": the file stdout or stderr writes (a rename would cut it off)";
-  return "";
+  // The rename's new file (for a path that names nothing yet, output_file_problem checked that already).
+  return ::access(path.c_str(), F_OK) == 0 ? new_file_problem(path) : "";
 }
 
 // Opening a named pipe for writing waits until some process opens it for reading, maybe for ever. Held
@@ -195,6 +199,14 @@ inline bool same_file(const std::string& a, const std::string& b) {
     return std::filesystem::weakly_canonical(std::filesystem::absolute(follow_links(p), ec), ec);
   };
   return resolved(a) == resolved(b);
+}
+
+// The first of `files` that `path` names (same_file), or "": an output written over a data file would
+// destroy it.
+inline std::string same_file_among(const std::string& path, const std::vector<std::string>& files) {
+  for (const std::string& file : files)
+    if (!path.empty() && same_file(path, file)) return file;
+  return "";
 }
 
 // The folder for files written beside the file `path` names (links followed: `/dev/stdout > r.json`

@@ -131,10 +131,8 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
     if (!pipe.problem().empty()) throw io::DataError("--metrics " + pipe.problem());
     errno = 0;
     metrics_file.open(options.metrics_path, std::ios::out | (options.start_step > 0 ? std::ios::app : std::ios::trunc));
-    if (!metrics_file) {
-      throw io::DataError(options.metrics_path + ": cannot open the --metrics file for writing" +
-                          (errno != 0 ? std::string(" (") + std::strerror(errno) + ")" : std::string()));
-    }
+    if (const int err = errno; !metrics_file)
+      throw io::DataError(options.metrics_path + ": cannot open the --metrics file for writing" + reason(err));
     metrics = &metrics_file;
   }
   const io::EpochSampler sampler(data.train.size(), static_cast<size_t>(options.batch_size), options.seed, true);

@@ -83,34 +83,33 @@ std::vector<uint8_t> maybe_gunzip(std::vector<uint8_t> data, const std::string& 
   zs.next_in = data.data();
   zs.avail_in = static_cast<uInt>(data.size());  // fits: read_file_bytes caps files at 256 MiB
   std::vector<uint8_t> out;
-  int rc = Z_OK;
+  size_t used = 0;  // of out's bytes; out grows only when they are all used (many small members are cheap)
   constexpr size_t kChunk = size_t{1} << 20;
-  while (rc != Z_STREAM_END) {
-    if (out.size() >= kMaxDecompressedBytes) {
-      inflateEnd(&zs);
-      throw DataError(name + ": decompresses to more than " + std::to_string(kMaxDecompressedBytes >> 20) +
-                      " MiB, larger than any IDX file of this data set");
+  for (;;) {
+    if (used == out.size()) {
+      if (out.size() >= kMaxDecompressedBytes) {
+        inflateEnd(&zs);
+        throw DataError(name + ": decompresses to more than " + std::to_string(kMaxDecompressedBytes >> 20) +
+                        " MiB, larger than any IDX file of this data set");
+      }
+      out.resize(out.size() + kChunk);
     }
-    const size_t old = out.size();
-    out.resize(old + kChunk);
-    zs.next_out = out.data() + old;
-    zs.avail_out = static_cast<uInt>(kChunk);
-    rc = inflate(&zs, Z_NO_FLUSH);
-    out.resize(old + (kChunk - zs.avail_out));
+    zs.next_out = out.data() + used;
+    zs.avail_out = static_cast<uInt>(out.size() - used);
+    const int rc = inflate(&zs, Z_NO_FLUSH);
+    used = out.size() - zs.avail_out;
     // A gzip file may hold several members one after another (`cat a.gz b.gz`, pigz): their data joined.
     if (rc == Z_STREAM_END && zs.avail_in >= 2 && zs.next_in[0] == 0x1f && zs.next_in[1] == 0x8b) {
       if (inflateReset(&zs) != Z_OK) {
         inflateEnd(&zs);
         throw DataError(name + ": zlib could not start inflating the next gzip member");
       }
-      rc = Z_OK;
       continue;
     }
     if (rc == Z_STREAM_END) break;
     if (rc == Z_BUF_ERROR && zs.avail_in == 0) {
       inflateEnd(&zs);
-      throw DataError(name + ": truncated gzip stream (ends after " + std::to_string(out.size()) +
-                      " decompressed bytes)");
+      throw DataError(name + ": truncated gzip stream (ends after " + std::to_string(used) + " decompressed bytes)");
     }
     if (rc != Z_OK && rc != Z_BUF_ERROR) {
       const std::string msg = zs.msg ? zs.msg : "error " + std::to_string(rc);
@@ -118,6 +117,7 @@ std::vector<uint8_t> maybe_gunzip(std::vector<uint8_t> data, const std::string& 
       throw DataError(name + ": corrupt gzip data (" + msg + ")");
     }
   }
+  out.resize(used);
   inflateEnd(&zs);
   // Anything after the last member is junk.
   if (zs.avail_in != 0) {

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -464,6 +463,13 @@ int main(int argc, char** argv) {
     }
     const io::FashionMnist data = io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), size_t(o.train_limit),
                                                          size_t(o.test_limit));
+    for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--json", o.json_path},
+                                     {"--markdown", o.markdown_path}}) {
+      if (const std::string file = engine::same_file_among(path, data.files); !file.empty()) {
+        say(std::string(flag) + " " + path + " names the data file " + file);
+        return 2;
+      }
+    }
     if (!o.no_trace && wants_gpu && !profiling::CuptiTrace::available()) {
       say(profiling::CuptiTrace::unavailable_reason() + "; CUPTI columns stay empty");
       o.no_trace = true;
@@ -565,10 +571,7 @@ int main(int argc, char** argv) {
         if (const engine::PipeWriteEnd pipe(path); !pipe.problem().empty()) throw std::runtime_error(pipe.problem());
         errno = 0;
         file.open(path);
-        if (!file) {
-          throw std::runtime_error(path + ": cannot open for writing" +
-                                   (errno != 0 ? std::string(" (") + std::strerror(errno) + ")" : std::string()));
-        }
+        if (const int err = errno; !file) throw std::runtime_error(path + ": cannot open for writing" + engine::reason(err));
         stream = &file;
       }
       if (const std::string failed = engine::write_all(*stream, text, path); !failed.empty()) throw std::runtime_error(failed);

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lenet::testing {
@@ -79,6 +80,15 @@ inline Bytes idx_labels(const Bytes& labels, uint32_t magic = 0x801) {
   put_be32(b, static_cast<uint32_t>(labels.size()));
   b.insert(b.end(), labels.begin(), labels.end());
   return b;
+}
+
+// The four IDX files of a small data set in `folder` (which exists): `train` and `test` examples, all of
+// label 3.
+inline void write_data_set(const std::string& folder, uint32_t train, uint32_t test) {
+  for (const auto& [prefix, count] : {std::pair<std::string, uint32_t>{"train", train}, {"t10k", test}}) {
+    write_bytes(folder + "/" + prefix + "-images-idx3-ubyte", idx_images(count));
+    write_bytes(folder + "/" + prefix + "-labels-idx1-ubyte", idx_labels(Bytes(count, 3)));
+  }
 }
 
 }  // namespace lenet::testing

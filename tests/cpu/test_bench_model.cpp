@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "byte_files.hpp"
 #include "cli_runner.hpp"
 #include "engine/cuda_probe.hpp"
 #include "model/lenet.hpp"
@@ -281,6 +282,14 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   // A folder that takes no new file, found before the run for root too (access() lets root through /proc).
   EXPECT_EQ(run_bench("--json /proc/lenet-bench.json"), 1);
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err").rfind("lenet-bench: error: /proc/lenet-bench.json: cannot ", 0), 0u);
+  // Written over, a data file would be lost (a small data set of our own, since the output names its file).
+  std::filesystem::create_directory(dir_ / "data");
+  lenet::testing::write_data_set((dir_ / "data").string(), 256, 64);
+  const std::string labels = (dir_ / "data" / "train-labels-idx1-ubyte").string();
+  const auto labels_size = std::filesystem::file_size(labels);
+  EXPECT_EQ(run_bench("--data-dir '" + (dir_ / "data").string() + "' --json '" + labels + "'"), 2);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --json " + labels + " names the data file " + labels + "\n");
+  EXPECT_EQ(std::filesystem::file_size(labels), labels_size);
   EXPECT_EQ(run_bench("--num-gpus 2"), 2);  // `base` benchmarks the CPU only
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
             "lenet-bench: --num-gpus 2: only the GPU modes place replicas on GPUs, and --modes has none\n");

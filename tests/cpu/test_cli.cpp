@@ -624,11 +624,7 @@ TEST_F(Cli, OutputsThatNameADataFileAreRefused) {
   // A small data set of our own, since the outputs below name its files.
   const fs::path data = dir_ / "data";
   fs::create_directory(data);
-  using lenet::testing::Bytes;
-  for (const auto& [prefix, count] : {std::pair<std::string, uint32_t>{"train", 64}, {"t10k", 32}}) {
-    lenet::testing::write_bytes((data / (prefix + "-images-idx3-ubyte")).string(), lenet::testing::idx_images(count));
-    lenet::testing::write_bytes((data / (prefix + "-labels-idx1-ubyte")).string(), lenet::testing::idx_labels(Bytes(count, 3)));
-  }
+  lenet::testing::write_data_set(data.string(), 64, 32);
   const std::string labels = (data / "train-labels-idx1-ubyte").string(), images = (data / "t10k-images-idx3-ubyte").string();
   const std::string run_on = "--backend cpu --quiet --epochs 1 --data-dir '" + data.string() + "' ";
   ASSERT_EQ(run(run_on).status, 0);
