@@ -153,6 +153,7 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
                  "Continue the run checkpointed in FILE up to --epochs in total, checkpointing to FILE unless --save is given")
       ->type_name("FILE");
   app.set_version_flag("--version", version_text());
+  std::string parse_error;  // said after an empty value, which a check may have refused first
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -168,11 +169,10 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
     for (int i = 1; i < argc; ++i) given += std::string(argv[i]).substr(0, std::string(argv[i]).find('=')) == flag;
     throw UsageError(given > 1 ? flag + ": given more than once (see --help)" : what + " (see --help)");
   } catch (const CLI::ParseError& e) {
-    // An empty value a check refused ("--backend ''") is named as such, as elsewhere.
-    if (const std::string flag = option_with_empty_value(app); !flag.empty()) throw UsageError(flag + ": empty value");
-    throw UsageError(std::string(e.what()) + " (see --help)");
+    parse_error = e.what();
   }
   if (const std::string flag = option_with_empty_value(app); !flag.empty()) throw UsageError(flag + ": empty value");
+  if (!parse_error.empty()) throw UsageError(parse_error + " (see --help)");
   if (!parse_seed(seed, o.train.seed)) throw UsageError("--seed " + seed + ": " + kU64Rule);
   if (!parse_lr(lr, o.train.lr)) throw UsageError("--lr " + lr + ": " + kFloat32PositiveRule);
   if (app.count("--num-gpus")) o.num_gpus = num_gpus;

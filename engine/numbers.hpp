@@ -31,7 +31,7 @@ inline bool parse_seed(const std::string& s, uint64_t& v) { return parse_u64(s.r
 // even: 2^-150, half the smallest float, rounds to 0 and anything above it to at least that float;
 // 2^128 - 2^103, half an ulp above the largest float, rounds to infinity and anything below it to a float.
 inline bool float32_positive(double v) { return v > 0x1p-150 && v < 0x1p128 - 0x1p103; }
-inline constexpr const char* kFloat32PositiveRule = "must be a number that rounds to a finite float32 above 0 (1.4e-45 to 3.4e38 once rounded)";
+inline constexpr const char* kFloat32PositiveRule = "must be a decimal number that rounds to a finite float32 above 0 (1.4e-45 to 3.4e38 once rounded)";
 
 // A --lr value: a decimal number after an optional '+' (no spaces, no hex, nothing after it) that
 // float32_positive takes. The text, not a parsed double, goes into the error ("1e400", not "inf").

@@ -371,17 +371,15 @@ int main(int argc, char** argv) {
   app.add_option("--peers", o.peers, "JSON rows of the PyTorch peers (profiling/peers) to add to the table")
       ->type_name("FILE");
   app.set_version_flag("--version", std::string("lenet-bench ") + LENET_VERSION + " (" + engine::cuda_library_versions() + ")");
+  std::string parse_error;  // said after an empty value, which a check may have refused first
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    // An empty value a check refused ("--modes ''") is named as such, as below.
-    const std::string flag = engine::option_with_empty_value(app);
-    say(flag.empty() ? std::string(e.what()) + " (see --help)" : flag + ": empty value");
-    return 2;
+    parse_error = e.what();
   }
-  if (const std::string flag = engine::option_with_empty_value(app); !flag.empty()) {
-    say(flag + ": empty value");
+  if (const std::string flag = engine::option_with_empty_value(app); !flag.empty() || !parse_error.empty()) {
+    say(flag.empty() ? parse_error + " (see --help)" : flag + ": empty value");
     return 2;
   }
   // A configuration or peer named twice (a repeated flag adds to the list) is measured and shown once.
@@ -559,8 +557,12 @@ int main(int argc, char** argv) {
     if (stdout_taken) std::cerr << md.str() << std::flush;  // to be seen; the result is in the files
     else if (const std::string failed = engine::write_all(std::cout, md.str(), "stdout"); !failed.empty())
       throw std::runtime_error(failed);
-    // The peers' notes, which the table ends with, are also seen where the table goes to a file.
-    if (!stdout_taken && ::isatty(STDOUT_FILENO) != 1) std::cerr << peer_notes << std::flush;
+    // The peers' notes, which the table ends with, also on stderr where that is not where the table went
+    // (a terminal both write, `2>&1 | tee`).
+    struct stat out_st {}, err_st {};
+    const bool one_place = ::fstat(STDOUT_FILENO, &out_st) == 0 && ::fstat(STDERR_FILENO, &err_st) == 0 &&
+                           out_st.st_dev == err_st.st_dev && out_st.st_ino == err_st.st_ino;
+    if (!stdout_taken && !one_place) std::cerr << peer_notes << std::flush;
     for (const auto& [path, text] : {std::pair<const std::string&, std::string>{o.markdown_path, md.str()},
                                      {o.json_path, out.dump(2) + "\n"}}) {
       if (path.empty()) continue;

@@ -294,9 +294,9 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
             "lenet-bench: --num-gpus 2: only the GPU modes place replicas on GPUs, and --modes has none\n");
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --lr 0"), 2);
-  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --lr 0: must be a number that rounds to a finite float32 above 0 (1.4e-45 to 3.4e38 once rounded)\n");
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --lr 0: must be a decimal number that rounds to a finite float32 above 0 (1.4e-45 to 3.4e38 once rounded)\n");
   EXPECT_EQ(run_bench("--lr 1e400"), 2);  // the value as typed, not as a double reads it ("inf")
-  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --lr 1e400: must be a number that rounds to a finite float32 above 0 (1.4e-45 to 3.4e38 once rounded)\n");
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --lr 1e400: must be a decimal number that rounds to a finite float32 above 0 (1.4e-45 to 3.4e38 once rounded)\n");
   EXPECT_EQ(run_bench("--modes ''"), 2);
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --modes: empty value\n");
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.md").string() + "'"), 2);  // the --markdown file of `base`

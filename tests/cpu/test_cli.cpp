@@ -98,12 +98,12 @@ TEST_F(Cli, UsageErrorsExit2WithOneLine) {
   expect_usage_error("--epochs -2147483649", "--epochs: -2147483649 is out of range (0 to 2147483647)");
   expect_usage_error("--epochs -1", "--epochs: -1 is out of range (0 to 2147483647)");
   // A learning rate that float32 rounds to 0 or to infinity.
-  expect_usage_error("--lr 1e-50", "--lr 1e-50: must be a number that rounds to a finite float32 above 0");
+  expect_usage_error("--lr 1e-50", "--lr 1e-50: must be a decimal number that rounds to a finite float32 above 0");
   // The value as typed: beyond a double too, and text that only a lax parse would take.
   for (const char* lr : {"1e39", "1e400", "infinity", "' 0.2'", "'0.2 '", "0x1p-3", "0.2x", "++0.2", "+-0.2"}) {
     std::string shown = lr;
     if (shown[0] == '\'') shown = shown.substr(1, shown.size() - 2);
-    expect_usage_error(std::string("--lr ") + lr, "--lr " + shown + ": must be a number that rounds to a finite float32 above 0");
+    expect_usage_error(std::string("--lr ") + lr, "--lr " + shown + ": must be a decimal number that rounds to a finite float32 above 0");
   }
 }
 
