@@ -6,14 +6,14 @@
 Reads JSON and JSON Lines files (folders are searched for *.json and *.jsonl) holding any of:
   - benchmark rows (lenet-bench's {"rows": [...]}, a PyTorch peer's single row, or a list of rows),
   - lenet-train metrics lines (--metrics: one object per epoch; a last line cut off, without its newline,
-    is skipped with a warning),
+    is skipped with a warning, in a .json file of such lines too),
   - timelines ({"mode": ..., "steps": [{"step": k, "busy_ms": x, "idle_ms": y}, ...]}, timeline-*.json),
 and writes, each only when its data is there:
   accuracy.png           test accuracy per epoch, one line per configuration (the source text's plot; runs
                          of one epoch only where no run has more)
   seconds_per_epoch.png  seconds per epoch per implementation and replica count
   timeline.png           per step, busy time (kernels running) and idle time, one panel per timeline
-Made-up data (a row named "... (sample)", or a file in a folder named sample) is marked "(sample)" in
+Made-up data (a row named "... (sample)", or a file in a folder results/sample) is marked "(sample)" in
 each plot.
 Exit status: 0 done, 1 cannot write, 2 usage error, unreadable JSON or nothing usable; errors are one line.
 """
@@ -146,13 +146,13 @@ def parse_file(path):
         except RecursionError:
             raise PlotError(f"{path}:{number}: JSON nested too deeply")
         except ValueError as e:
-            if not path.endswith(".jsonl"):
-                raise PlotError(f"{path}: unreadable JSON ({whole})")
             # A last line without its newline is a write cut short (a run stopped by a time limit): the
-            # lines before it are still the run's.
+            # lines before it are still the run's (in a .json file holding JSON Lines too).
             if number == len(lines) and not text.endswith("\n") and isinstance(e, json.JSONDecodeError):
                 say(f"{path}:{number}: last line cut off (no newline at its end, unreadable JSON); skipped")
                 continue
+            if not path.endswith(".jsonl"):
+                raise PlotError(f"{path}: unreadable JSON ({whole})")
             raise PlotError(f"{path}:{number}: unreadable JSON ({e})")
     return values
 
@@ -234,11 +234,12 @@ def metrics_label(m):
 
 
 def is_sample(path, rec):
-    """Made-up data: a row named "... (sample)", or any record of a file in a folder named sample (as
+    """Made-up data: a row named "... (sample)", or any record of a file in results/sample (as
     profiling/results/sample, whose metrics lines and timelines have no name to say it)."""
     name = rec.get("name")
+    folder = os.path.dirname(os.path.abspath(path))
     return ((isinstance(name, str) and "(sample)" in name)
-            or os.path.basename(os.path.dirname(os.path.abspath(path))) == "sample")
+            or (os.path.basename(folder) == "sample" and os.path.basename(os.path.dirname(folder)) == "results"))
 
 
 def marked(label, sample):

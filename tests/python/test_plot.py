@@ -237,10 +237,14 @@ class CutOffLine(PlotModule):
             with open(path, "w") as f:
                 f.write('{"epoch": 1, "test_acc": 0.5}\n{"epoch": 2, "test_acc": 0.6}')
             self.assertEqual([v["epoch"] for v in self.plot.parse_file(path)], [1, 2])
-            # A .json file is one document: cut off, it is an error.
+            # A .json file of such lines likewise; one document cut off is an error.
             path = os.path.join(d, "m.json")
             with open(path, "w") as f:
                 f.write('{"epoch": 1, "test_acc": 0.5}\n{"epoch": 2, "te')
+            with contextlib.redirect_stderr(io.StringIO()):
+                self.assertEqual([v["epoch"] for v in self.plot.parse_file(path)], [1])
+            with open(path, "w") as f:
+                f.write('{\n  "rows": [\n    {"epoch": 1, "te')
             with self.assertRaises(self.plot.PlotError):
                 self.plot.parse_file(path)
 
@@ -391,11 +395,13 @@ class SampleIsMarked(PlotModule):
         # A measured row and a made-up one of one configuration are two series, not one replacing the other.
         table = self.plot.seconds_table([("/r/2026-12-02/bench.json", row), ("/r/other/bench.json", made_up)])
         self.assertEqual(table, {"lenet-dp naive": {1: 0.9}, "lenet-dp naive (sample)": {1: 0.5}})
-        self.assertEqual(list(self.plot.seconds_table([("/r/sample/bench.json", row)])), ["lenet-dp naive (sample)"])
+        self.assertEqual(list(self.plot.seconds_table([("/r/results/sample/bench.json", row)])), ["lenet-dp naive (sample)"])
+        # A folder of one's own runs that happens to be named sample holds measurements.
+        self.assertEqual(list(self.plot.seconds_table([("/home/me/sample/bench.json", row)])), ["lenet-dp naive"])
         timeline = {"mode": "graph", "steps": [{"step": 0, "busy_ms": 0.5, "idle_ms": 0.1}]}
         for path, title in (("/r/2026-12-02/timeline-graph-r1.json", "graph: 0.500 ms busy + 0.100 ms idle per step "
                                                                       "(timeline-graph-r1)"),
-                            ("/r/sample/timeline-graph.json", "graph (sample): 0.500 ms busy + 0.100 ms idle per step "
+                            ("/r/results/sample/timeline-graph.json", "graph (sample): 0.500 ms busy + 0.100 ms idle per step "
                                                               "(timeline-graph)")):
             [panel] = self.plot.timeline_panels([(path, timeline)])
             self.assertEqual(self.plot.panel_title(panel), title)
