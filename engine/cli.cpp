@@ -40,9 +40,7 @@ namespace {
 constexpr const char* kProgram = "lenet-train";
 
 std::string version_text() {
-  const std::string kernels = model::gemm_kernels();
-  return std::string(kProgram) + " " + LENET_VERSION + " (" + cuda_library_versions() + "; CPU GEMM " +
-         model::gemm_backend_name() + (kernels.empty() ? "" : ", " + kernels + " kernels") + ")";
+  return std::string(kProgram) + " " + LENET_VERSION + " (" + cuda_library_versions() + "; " + model::gemm_description() + ")";
 }
 
 void validate(const CliOptions& o) {

@@ -180,6 +180,11 @@ const char* gemm_kernels() { return ""; }
 const char* better_gemm_kernels_here() { return nullptr; }
 #endif
 
+std::string gemm_description() {
+  const std::string kernels = gemm_kernels();
+  return std::string("CPU GEMM ") + gemm_backend_name() + (kernels.empty() ? "" : ", " + kernels + " kernels");
+}
+
 const char* better_gemm_kernels(std::string_view chosen, bool avx512, bool avx2_fma) {
   if (chosen != "Prescott") return nullptr;
   return avx512 ? "SkylakeX" : avx2_fma ? "Haswell" : nullptr;

@@ -2,6 +2,7 @@
 // transposes when asked. OpenBLAS when the build found it, else a portable GEMM.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 namespace lenet::model {
@@ -26,6 +27,9 @@ const char* gemm_backend_name();
 // OpenBLAS's name for the kernels it chose for this CPU ("Haswell", "SkylakeX", ...); empty for the
 // portable GEMM.
 const char* gemm_kernels();
+
+// "CPU GEMM openblas, SkylakeX kernels", or "CPU GEMM portable": what a CPU time was measured with.
+std::string gemm_description();
 
 // The OpenBLAS kernels to ask for (OPENBLAS_CORETYPE) instead of those named `chosen`, or nullptr to keep
 // them. OpenBLAS takes its generic "Prescott" kernels (SSE3) on an x86 CPU it does not know, such as

@@ -28,6 +28,7 @@
 #include "graphs/have_cuda.hpp"
 #include "io/dataset.hpp"
 #include "io/sampler.hpp"
+#include "model/gemm.hpp"
 #include "model/lenet.hpp"
 #include "profiling/bench_model.hpp"
 #include "profiling/cupti_trace.hpp"
@@ -370,7 +371,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-trace", o.no_trace, "No CUPTI epoch (kernel, idle, launch and allreduce columns stay empty)");
   app.add_option("--peers", o.peers, "JSON rows of the PyTorch peers (profiling/peers) to add to the table")
       ->type_name("FILE");
-  app.set_version_flag("--version", std::string("lenet-bench ") + LENET_VERSION + " (" + engine::cuda_library_versions() + ")");
+  app.set_version_flag("--version", std::string("lenet-bench ") + LENET_VERSION + " (" + engine::cuda_library_versions() +
+                                        "; " + model::gemm_description() + ")");
   std::string parse_error;  // said after an empty value, which a check may have refused first
   try {
     app.parse(argc, argv);
@@ -517,6 +519,7 @@ int main(int argc, char** argv) {
     for (const auto& r : rows) out["rows"].push_back(profiling::to_json(r));
     const double flops = model::train_flops_per_example() * double(data.train.size());
     out["floor"] = {{"flops_per_epoch", flops}};
+    out["cpu_gemm"] = model::gemm_description();  // CPU rows' times depend on it (README: 3.2x to 4.6x)
     md << "\nArithmetic floor: " << flops / 1e12 << " TFLOP per epoch (forward and backward, a multiply-add as two)";
 #if LENET_HAVE_CUDA  // else no GPU mode got this far
     if (wants_gpu) {

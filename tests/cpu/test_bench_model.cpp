@@ -14,6 +14,7 @@
 #include "byte_files.hpp"
 #include "cli_runner.hpp"
 #include "engine/cuda_probe.hpp"
+#include "model/gemm.hpp"
 #include "model/lenet.hpp"
 #include "profiling/bench_model.hpp"
 
@@ -218,6 +219,10 @@ TEST_F(BenchTool, CpuRowsWriteJsonAndMarkdown) {
     EXPECT_EQ(r.train_examples, 512);
   }
   EXPECT_NEAR(j["floor"]["flops_per_epoch"].get<double>(), 512 * lenet::model::train_flops_per_example(), 1.0);
+  // The GEMM the CPU rows were measured with (its kernels may be other than this process's: the bench
+  // starts itself again with better ones where OpenBLAS took its generic kernels).
+  EXPECT_EQ(j["cpu_gemm"].get<std::string>().rfind(std::string("CPU GEMM ") + lenet::model::gemm_backend_name(), 0), 0u)
+      << j["cpu_gemm"];
   EXPECT_NE(lenet::testing::slurp(md).find("| cpu R=2 |"), std::string::npos);
 }
 
