@@ -40,7 +40,8 @@ namespace {
 constexpr const char* kProgram = "lenet-train";
 
 std::string version_text() {
-  return std::string(kProgram) + " " + LENET_VERSION + " (" + cuda_library_versions() + "; " + model::gemm_description() + ")";
+  return std::string(kProgram) + " " + LENET_VERSION + " (" + cuda_library_versions() + "; " +
+         model::gemm_description() + ")";
 }
 
 void validate(const CliOptions& o) {
@@ -457,9 +458,11 @@ int run_cli(int argc, const char* const* argv) {
       }
     }();
     if (g_stop_signal != 0) return stopped("while loading the data");
-    for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--save", o.save_path}, {"--metrics", metrics}})
+    for (const auto& [flag, path] :
+         {std::pair<const char*, const std::string&>{"--save", o.save_path}, {"--metrics", metrics}}) {
       if (const std::string file = same_file_among(path, data.files); !file.empty())
         throw UsageError(std::string(flag) + " " + path + " names the data file " + file);
+    }
     const uint64_t batches = io::num_batches(data.train.size(), uint64_t(o.train.batch_size));
     // Which examples the run trains on, for its checkpoints (a resumed run has one: --resume implies --save).
     const uint64_t fingerprint = o.save_path.empty() ? 0 : data.train.fingerprint();

@@ -576,7 +576,8 @@ int main(int argc, char** argv) {
         if (const engine::PipeWriteEnd pipe(path); !pipe.problem().empty()) throw std::runtime_error(pipe.problem());
         errno = 0;
         file.open(path);
-        if (const int err = errno; !file) throw std::runtime_error(path + ": cannot open for writing" + engine::reason(err));
+        if (const int err = errno; !file)
+          throw std::runtime_error(path + ": cannot open for writing" + engine::reason(err));
         stream = &file;
       }
       if (const std::string failed = engine::write_all(*stream, text, path); !failed.empty()) throw std::runtime_error(failed);
