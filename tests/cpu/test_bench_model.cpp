@@ -130,7 +130,9 @@ BenchRow sample_row(const std::string& name, double seconds) {
   r.batch_size = 256;
   r.lr = 0.2;
   r.epochs = 3;
+  r.train_examples = 60000;
   r.seconds_per_epoch = seconds;
+  if (seconds > 0) r.examples_per_second = 60000 / seconds;
   r.kernel_ms_per_step = 0.5;
   r.test_acc = 0.83;
   r.test_acc_per_epoch = {0.1, 0.6, 0.83};
@@ -159,7 +161,10 @@ TEST(BenchModel, JsonRoundTripAndMarkdown) {
            {"epoch_seconds", {1.0, "x"}, "\"epoch_seconds\" is \"x\", not a number"},
            {"name", "a\nb", "\"name\" is \"a\\nb\", not a name on one line"},
            {"name", "a\xc2\x9b" "b", "\"name\" is \"a\xc2\x9b" "b\", not a name on one line"},  // U+009B, CSI
-           {"mode", "", "\"mode\" is \"\", not a name on one line"}}) {
+           {"mode", "", "\"mode\" is \"\", not a name on one line"},
+           {"seconds_per_epoch", 0, "\"seconds_per_epoch\" is 0, not a measurement"},
+           {"examples_per_second", 0, "\"examples_per_second\" is 0, not a measurement"},
+           {"examples_per_second", 99999, "\"examples_per_second\" is 99999, not \"train_examples\" over \"seconds_per_epoch\" ("}}) {
     nlohmann::json bad = to_json(b);
     bad[key] = value;
     try {
