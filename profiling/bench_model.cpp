@@ -224,14 +224,15 @@ BenchRow row_from_json(const nlohmann::json& j) {
   r.epoch_seconds = get_list(j, "epoch_seconds", std::numeric_limits<double>::max());
   // A time or rate of 0 measures nothing (the table's ratios would divide by it), and a rate that is not
   // the training-set size over the time (to 1 %) belongs to another row.
-  for (const auto& [key, v] : {std::pair<const char*, const std::optional<double>&>{"seconds_per_epoch", r.seconds_per_epoch},
-                               {"examples_per_second", r.examples_per_second}})
+  using Field = std::pair<const char*, const std::optional<double>&>;
+  for (const auto& [key, v] : {Field{"seconds_per_epoch", r.seconds_per_epoch}, {"examples_per_second", r.examples_per_second}})
     if (v && *v == 0) throw std::runtime_error(std::string("\"") + key + "\" is 0, not a measurement");
   if (r.train_examples > 0 && r.seconds_per_epoch && r.examples_per_second) {
     const double expected = double(r.train_examples) / *r.seconds_per_epoch;
     if (std::abs(*r.examples_per_second - expected) > 0.01 * expected) {
       throw std::runtime_error("\"examples_per_second\" is " + engine::format_double(*r.examples_per_second) +
-                               ", not \"train_examples\" over \"seconds_per_epoch\" (" + engine::format_double(expected) + ")");
+                               ", not \"train_examples\" over \"seconds_per_epoch\" (" +
+                               engine::format_double(expected) + ")");
     }
   }
   return r;
