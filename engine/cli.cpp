@@ -458,11 +458,9 @@ int run_cli(int argc, const char* const* argv) {
       }
     }();
     if (g_stop_signal != 0) return stopped("while loading the data");
-    for (const auto& [flag, path] :
-         {std::pair<const char*, const std::string&>{"--save", o.save_path}, {"--metrics", metrics}}) {
-      if (const std::string file = same_file_among(path, data.files); !file.empty())
-        throw UsageError(std::string(flag) + " " + path + " names the data file " + file);
-    }
+    if (const std::string problem = output_over_data_file({{"--save", o.save_path}, {"--metrics", metrics}}, data.files);
+        !problem.empty())
+      throw UsageError(problem);
     const uint64_t batches = io::num_batches(data.train.size(), uint64_t(o.train.batch_size));
     // Which examples the run trains on, for its checkpoints (a resumed run has one: --resume implies --save).
     const uint64_t fingerprint = o.save_path.empty() ? 0 : data.train.fingerprint();

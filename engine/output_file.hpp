@@ -8,9 +8,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <iostream>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace lenet::engine {
@@ -176,7 +178,7 @@ class PipeWriteEnd {
     fd_ = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
     const int err = errno;
     if (fd_ < 0 && err == ENXIO) problem_ = path + ": a named pipe that no process reads (start its reader first)";
-    else if (fd_ < 0) problem_ = path + ": cannot open the named pipe for writing (" + std::strerror(err) + ")";
+    else if (fd_ < 0) problem_ = path + ": cannot open the named pipe for writing" + reason(err);
   }
   ~PipeWriteEnd() {
     if (fd_ >= 0) ::close(fd_);
@@ -201,11 +203,13 @@ inline bool same_file(const std::string& a, const std::string& b) {
   return resolved(a) == resolved(b);
 }
 
-// The first of `files` that `path` names (same_file), or "": an output written over a data file would
-// destroy it.
-inline std::string same_file_among(const std::string& path, const std::vector<std::string>& files) {
-  for (const std::string& file : files)
-    if (!path.empty() && same_file(path, file)) return file;
+// "FLAG PATH names the data file FILE" for the first of `outputs` (flag, path; an empty path: none) that
+// names one of `files` (same_file), else "": an output written over a data file would destroy it.
+inline std::string output_over_data_file(std::initializer_list<std::pair<const char*, std::string>> outputs,
+                                         const std::vector<std::string>& files) {
+  for (const auto& [flag, path] : outputs)
+    for (const std::string& file : files)
+      if (!path.empty() && same_file(path, file)) return std::string(flag) + " " + path + " names the data file " + file;
   return "";
 }
 

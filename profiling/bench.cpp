@@ -463,12 +463,11 @@ int main(int argc, char** argv) {
     }
     const io::FashionMnist data = io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), size_t(o.train_limit),
                                                          size_t(o.test_limit));
-    for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--json", o.json_path},
-                                     {"--markdown", o.markdown_path}}) {
-      if (const std::string file = engine::same_file_among(path, data.files); !file.empty()) {
-        say(std::string(flag) + " " + path + " names the data file " + file);
-        return 2;
-      }
+    if (const std::string problem =
+            engine::output_over_data_file({{"--json", o.json_path}, {"--markdown", o.markdown_path}}, data.files);
+        !problem.empty()) {
+      say(problem);
+      return 2;
     }
     if (!o.no_trace && wants_gpu && !profiling::CuptiTrace::available()) {
       say(profiling::CuptiTrace::unavailable_reason() + "; CUPTI columns stay empty");
