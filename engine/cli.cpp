@@ -143,7 +143,7 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
       ->type_name("DIR");
   app.add_option("--train-limit", train_limit, "Use only the first N training examples")->check(decimal(1LL));
   app.add_option("--test-limit", test_limit, "Use only the first N test examples")->check(decimal(1LL));
-  app.add_option("--metrics", o.train.metrics_path, "Write one JSON object per epoch to FILE (JSON Lines)")->type_name("FILE");
+  app.add_option("--metrics", o.train.metrics_path, "Write one JSON object per epoch to FILE (JSON Lines; -: stdout)")->type_name("FILE");
   app.add_flag("--quiet", o.train.quiet, "No progress display");
   app.add_option("--save", o.save_path, "Write the parameters and training state to FILE (safetensors) after every epoch")
       ->type_name("FILE");
@@ -174,6 +174,7 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   if (!parse_error.empty()) throw UsageError(parse_error + " (see --help)");
   if (!parse_seed(seed, o.train.seed)) throw UsageError("--seed " + seed + ": " + kU64Rule);
   if (!parse_lr(lr, o.train.lr)) throw UsageError("--lr " + lr + ": " + kFloat32PositiveRule);
+  dash_is_stdout(o.train.metrics_path);
   if (app.count("--num-gpus")) o.num_gpus = num_gpus;
   o.epochs_given = app.count("--epochs") > 0;
   o.seed_given = app.count("--seed") > 0;

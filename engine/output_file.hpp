@@ -34,6 +34,12 @@ inline void prepare_output() {
   ::signal(SIGXFSZ, SIG_IGN);
 }
 
+// An output named "-" is stdout, as most tools that write a file take it: the file /dev/stdout names,
+// which the checks and writes below then treat as stdout.
+inline void dash_is_stdout(std::string& path) {
+  if (path == "-") path = "/dev/stdout";
+}
+
 // " (the system's reason)" for an errno value, or nothing for 0 (a stream may fail without one).
 inline std::string reason(int err) { return err != 0 ? std::string(" (") + std::strerror(err) + ")" : std::string(); }
 

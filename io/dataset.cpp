@@ -10,12 +10,12 @@ namespace lenet::io {
 namespace {
 
 // 1: a regular file (through links); 0: nothing there; -1: something else (a folder, a device, ...).
-// What keeps stat from looking (no permission, a loop of links) is an error naming it.
-int file_kind(const std::string& path) {
+// What keeps stat from looking (no permission, a loop of links) is an error naming it and `what` it is.
+int file_kind(const std::string& path, const std::string& what = "") {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return 0;
-    throw DataError(path + ": " + std::strerror(errno));
+    throw DataError(path + ": " + std::strerror(errno) + what);
   }
   return S_ISREG(st.st_mode) ? 1 : -1;
 }
@@ -66,7 +66,7 @@ std::string resolve_data_dir(const std::string& flag_value) {
 }
 
 std::string find_data_file(const std::string& dir, const std::string& name) {
-  if (file_kind(dir) == 1) {
+  if (file_kind(dir, " (the data folder: --data-dir / LENET_DATA_DIR)") == 1) {
     throw DataError(dir + ": a file, not a folder; point --data-dir / LENET_DATA_DIR at the folder holding the "
                     "four IDX files");
   }

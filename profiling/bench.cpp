@@ -362,8 +362,8 @@ int main(int argc, char** argv) {
   app.add_option("--test-limit", o.test_limit, "First N test examples")
       ->check(engine::decimal(1LL, 10000LL));
   app.add_option("--json", o.json_path, "Write the results as JSON to FILE, and each traced configuration's per-step "
-                                        "timeline beside it (timeline-MODE-rR.json; not for a pipe or device)")->type_name("FILE");
-  app.add_option("--markdown", o.markdown_path, "Write the tables as Markdown to FILE")->type_name("FILE");
+                                        "timeline beside it (timeline-MODE-rR.json; not for a pipe or device; -: stdout)")->type_name("FILE");
+  app.add_option("--markdown", o.markdown_path, "Write the tables as Markdown to FILE (-: stdout)")->type_name("FILE");
   app.add_option("--allreduce-replicas", o.allreduce_replicas, "Replica counts of the allreduce sweep")
       ->delimiter(',')->check(engine::decimal(2, 64))->capture_default_str();
   app.add_flag("--no-allreduce", o.no_allreduce, "Skip the allreduce sweep");
@@ -384,6 +384,8 @@ int main(int argc, char** argv) {
     say(flag.empty() ? parse_error + " (see --help)" : flag + ": empty value");
     return 2;
   }
+  engine::dash_is_stdout(o.json_path);
+  engine::dash_is_stdout(o.markdown_path);
   // A configuration or peer named twice (a repeated flag adds to the list) is measured and shown once.
   auto unique = [](auto& list) {
     for (auto it = list.begin(); it != list.end();)

@@ -231,10 +231,10 @@ TEST_F(BenchTool, CpuRowsWriteJsonAndMarkdown) {
   EXPECT_NE(lenet::testing::slurp(md).find("| cpu R=2 |"), std::string::npos);
 }
 
-// --json naming the file stdout writes: stdout holds the JSON alone, the table goes to stderr.
+// --json - (stdout): stdout holds the JSON alone, the table goes to stderr.
 TEST_F(BenchTool, JsonIntoStdout) {
   const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1 "
-                          "--train-limit 256 --test-limit 64 --epochs 1 --json /dev/stdout >'" + (dir_ / "out").string() +
+                          "--train-limit 256 --test-limit 64 --epochs 1 --json - >'" + (dir_ / "out").string() +
                           "' 2>'" + (dir_ / "err").string() + "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   const std::string out = lenet::testing::slurp(dir_ / "out");

@@ -356,6 +356,10 @@ TEST_F(Cli, MetricsIntoStdoutOrStderr) {
   r = run(args + "'" + (dir_ / "out").string() + "' --quiet");  // the same file by its name
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(records(r.out, "(no other line)"), 2) << r.out;
+  r = run(args + "- --quiet");  // "-" names stdout too
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(records(r.out, "(no other line)"), 2) << r.out;
+  EXPECT_EQ(r.err.rfind("test acc: ", 0), 0u) << r.err;
   r = run(args + "/dev/stderr");  // between the progress lines
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(records(r.err, "epoch "), 2) << r.err;

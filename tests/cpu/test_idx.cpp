@@ -366,6 +366,9 @@ TEST_F(IdxFiles, DataFolderProblemsAreNamed) {
   std::filesystem::create_symlink(loop.filename(), loop);  // a link to itself
   msg = data_error_of([&] { lenet::io::find_data_file(dir_.string(), "train-images-idx3-ubyte"); });
   EXPECT_EQ(msg, loop.string() + ": " + std::strerror(ELOOP));
+  // The folder itself a loop of links: named as the data folder.
+  msg = data_error_of([&] { lenet::io::find_data_file(loop.string(), "train-images-idx3-ubyte"); });
+  EXPECT_EQ(msg, loop.string() + ": " + std::strerror(ELOOP) + " (the data folder: --data-dir / LENET_DATA_DIR)");
   if (::geteuid() != 0) {  // root looks into any folder
     const std::filesystem::path closed = dir_ / "closed";
     std::filesystem::create_directory(closed);
