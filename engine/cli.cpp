@@ -549,7 +549,14 @@ int run_cli(int argc, const char* const* argv) {
                                              : ", go on with: " + command)));
       return 128 + e.signal;
     } catch (const TrainingDiverged& e) {
+      // Parameters loaded may themselves be the cause (finite, but too large to train from).
+      float largest = 0;
+      if (!o.load_path.empty())
+        for (const float w : checkpoint->parameters) largest = std::max(largest, std::fabs(w));
       say(std::string("error: ") + e.what() +
+          (o.load_path.empty() ? std::string()
+                               : "; the run started from --load " + o.load_path +
+                                     ", whose largest parameter magnitude is " + format_shortest(largest)) +
           (saved || save_implied ? "; the last good checkpoint stays in " + o.save_path : std::string()));
       return 1;
     }

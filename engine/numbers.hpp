@@ -1,5 +1,5 @@
 // Numbers as text, exactly and independent of the C locale: the shortest decimal that reads back to the
-// same double, and a strict unsigned parse (digits only, no sign, no leading zero, no overflow). And two
+// same double or float, and a strict unsigned parse (digits only, no sign, no leading zero, no overflow). And two
 // checks of floats: a learning rate float32 keeps (and its parse), and finite parameters.
 #pragma once
 #include <charconv>
@@ -10,11 +10,14 @@
 
 namespace lenet::engine {
 
-inline std::string format_double(double v) {
+// A float's is the float's shortest: 3e+38, not 3.0000000054977558e+38 as for the double it widens to.
+template <typename Float>
+inline std::string format_shortest(Float v) {
   char buf[64];
   const auto r = std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, r.ptr);
 }
+inline std::string format_double(double v) { return format_shortest(v); }
 
 inline bool parse_u64(const std::string& s, uint64_t& v) {
   if (s.empty() || s[0] < '0' || s[0] > '9' || (s[0] == '0' && s.size() > 1)) return false;  // no leading zero

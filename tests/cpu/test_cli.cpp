@@ -788,6 +788,17 @@ TEST_F(Cli, DivergingRunExits1NamingTheEpoch) {
   EXPECT_EQ(r.status, 1);
   // The CPU backend sees every step's loss, so the step is named exactly.
   EXPECT_TRUE(has_match(r.err, R"(non-finite training loss in epoch [12], at step [0-9]+ of 2 \(step [0-9]+ of the run\);)")) << r.err;
+  EXPECT_EQ(r.err.find("--load"), std::string::npos) << r.err;
+  // Finite parameters too large to train from: the error names them besides the learning rate.
+  const std::vector<float> p(lenet::model::init_parameters<float>(1).size(), 3e38f);
+  const std::string huge = (dir_ / "huge.safetensors").string();
+  lenet::engine::save_checkpoint(huge, p, {1, 2, 1, 2, 0.2, 256, 1, 500, {}});
+  const Result loaded = run("--backend cpu --quiet --epochs 1 --train-limit 500 --test-limit 100 --load '" + huge + "'");
+  EXPECT_EQ(loaded.status, 1);
+  EXPECT_NE(loaded.err.find("at step 1 of 2 (step 1 of the run); try a smaller --lr; the run started from --load " + huge +
+                            ", whose largest parameter magnitude is 3e+38"),
+            std::string::npos)
+      << loaded.err;
 }
 
 // A signal during training (SIGHUP too: a closed terminal) finishes the step, writes a loadable
