@@ -330,7 +330,7 @@ def seconds_table(bench):
     training-set size, where rows differ in them; "?" where a row does not record one); a later row of
     the same series and replica count replaces an earlier one."""
     rows = [(p, r) for p, r in bench if is_number(r.get("seconds_per_epoch")) and r["seconds_per_epoch"] > 0
-            and is_number(r.get("replicas"))]
+            and is_number(r.get("replicas")) and r["replicas"] >= 1 and float(r["replicas"]).is_integer()]
     # A peer's mode is the same on the CPU and on a GPU: where rows ran on different kinds of device, the
     # kind is part of the name.
     kinds_differ = len({device_kind(r) for _, r in rows}) > 1

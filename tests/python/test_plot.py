@@ -346,6 +346,11 @@ class SecondsSeries(PlotModule):
                 "train_examples": 60000, "seconds_per_epoch": 6.5}
         table = self.plot.seconds_table([("a.json", base), ("b.json", dict(base, replicas=2, seconds_per_epoch=7.0))])
         self.assertEqual(table, {"lenet-dp cpu": {1: 6.5, 2: 7.0}})
+        # A replica count that is no count (1.5, 0) is not drawn as another one.
+        for bad in (1.5, 0, -2):
+            table = self.plot.seconds_table([("a.json", base), ("b.json", dict(base, replicas=bad, seconds_per_epoch=7.0))])
+            self.assertEqual(table, {"lenet-dp cpu": {1: 6.5}}, bad)
+        self.assertEqual(self.plot.seconds_table([("a.json", dict(base, replicas=2.0))]), {"lenet-dp cpu": {2: 6.5}})
         table = self.plot.seconds_table([("a.json", base), ("b.json", dict(base, replicas=2, batch_size=256.0))])
         self.assertEqual(list(table), ["lenet-dp cpu"])  # 256 and 256.0 are one batch size
         # ... and one series, named alike, where another batch size makes the batch size part of the name.
