@@ -139,6 +139,7 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
     evaluate();
   }
   row.seconds_per_epoch = total / o.timed_epochs;
+  row.seconds_per_epoch_spread = profiling::epoch_spread(row.epoch_seconds);
   row.examples_per_second = double(data.train.size()) / *row.seconds_per_epoch;
   row.host_enqueue_ms_per_step = host / double(steps) * 1e3;
   // One more epoch traced with CUPTI, for the columns it fills; a failure leaves them empty.
@@ -503,7 +504,7 @@ int main(int argc, char** argv) {
     std::ostringstream md;
     md << "# lenet-bench\n\n" << data.train.size() << " training examples, batch " << o.batch_size << ", lr "
        << engine::format_double(o.lr) << ", seed " << o.seed << "; seconds per epoch are the training pass only, mean of " << o.timed_epochs
-       << " epoch(s) after a warm-up epoch; 'host ms/step' is the host's time to issue a step (on the CPU backend, "
+       << " epoch(s) after a warm-up epoch, '±' half their range as a share of the mean; 'host ms/step' is the host's time to issue a step (on the CPU backend, "
           "the whole step); 'test acc' is after a row's last epoch (a peer's own epoch count)"
        << (wants_gpu && !o.no_trace ? "; CUPTI columns from one further traced epoch: 'idle' is time between a "
                                       "device's first and last kernel with no kernel running (copies count as idle), "

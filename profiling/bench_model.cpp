@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -193,7 +194,16 @@ nlohmann::json to_json(const BenchRow& r) {
           {"allreduce_ms_per_step", opt(r.allreduce_ms_per_step)},
           {"test_acc", opt(r.test_acc)},
           {"test_acc_per_epoch", r.test_acc_per_epoch},
-          {"epoch_seconds", r.epoch_seconds}};
+          {"epoch_seconds", r.epoch_seconds},
+          {"seconds_per_epoch_spread", opt(r.seconds_per_epoch_spread)}};
+}
+
+std::optional<double> epoch_spread(const std::vector<double>& seconds) {
+  if (seconds.size() < 2) return std::nullopt;
+  const auto [low, high] = std::minmax_element(seconds.begin(), seconds.end());
+  const double mean = std::accumulate(seconds.begin(), seconds.end(), 0.0) / double(seconds.size());
+  if (!(mean > 0)) return std::nullopt;
+  return (*high - *low) / 2 / mean;
 }
 
 BenchRow row_from_json(const nlohmann::json& j) {
@@ -222,6 +232,8 @@ BenchRow row_from_json(const nlohmann::json& j) {
   r.test_acc = get_opt(j, "test_acc", 1);
   r.test_acc_per_epoch = get_list(j, "test_acc_per_epoch", 1);
   r.epoch_seconds = get_list(j, "epoch_seconds", std::numeric_limits<double>::max());
+  // Absent from rows made before it.
+  if (j.contains("seconds_per_epoch_spread")) r.seconds_per_epoch_spread = get_opt(j, "seconds_per_epoch_spread");
   // A time or rate of 0 measures nothing (the table's ratios would divide by it), and a rate that is not
   // the training-set size over the time (to 1 %) belongs to another row.
   using Field = std::pair<const char*, const std::optional<double>&>;
@@ -267,13 +279,15 @@ std::string markdown_table(const std::vector<BenchRow>& rows, const std::string&
       break;
     }
   std::ostringstream out;
-  out << "| configuration | s/epoch | examples/s | kernel ms/step | idle ms/step | host ms/step | kernels/step | "
+  out << "| configuration | s/epoch | ± | examples/s | kernel ms/step | idle ms/step | host ms/step | kernels/step | "
          "graphs/step | allreduce ms/step | test acc | time vs " << escape_cell(reference) << " |\n";
-  out << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  out << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const BenchRow& r : rows) {
     std::optional<double> ratio;
     if (ref && *ref > 0 && r.seconds_per_epoch && *r.seconds_per_epoch > 0) ratio = *r.seconds_per_epoch / *ref;
-    out << "| " << escape_cell(r.name) << " | " << cell(r.seconds_per_epoch, 3) << " | " << cell(r.examples_per_second, 0) << " | "
+    const std::string spread = r.seconds_per_epoch_spread ? cell(*r.seconds_per_epoch_spread * 100, 1) + "%" : "-";
+    out << "| " << escape_cell(r.name) << " | " << cell(r.seconds_per_epoch, 3) << " | " << spread << " | "
+        << cell(r.examples_per_second, 0) << " | "
         << cell(r.kernel_ms_per_step, 3) << " | " << cell(r.idle_ms_per_step, 3) << " | "
         << cell(r.host_enqueue_ms_per_step, 3) << " | " << cell(r.kernel_launches_per_step, 1) << " | "
         << cell(r.graph_launches_per_step, 1) << " | " << cell(r.allreduce_ms_per_step, 3) << " | "

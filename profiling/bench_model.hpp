@@ -78,7 +78,13 @@ struct BenchRow {
   std::optional<double> seconds_per_epoch, examples_per_second, kernel_ms_per_step, idle_ms_per_step,
       host_enqueue_ms_per_step, kernel_launches_per_step, graph_launches_per_step, allreduce_ms_per_step, test_acc;
   std::vector<double> test_acc_per_epoch, epoch_seconds;
+  // Half the range of the timed epochs' seconds over their mean (0.012: the epochs were within ±1.2 % of
+  // the mean), from two timed epochs or more; nullopt for one, or a row from before the field.
+  std::optional<double> seconds_per_epoch_spread;
 };
+
+// seconds_per_epoch_spread of these epochs' seconds; nullopt for fewer than two.
+std::optional<double> epoch_spread(const std::vector<double>& seconds);
 
 nlohmann::json to_json(const BenchRow& row);
 BenchRow row_from_json(const nlohmann::json& j);  // throws std::runtime_error naming the missing field
@@ -90,8 +96,8 @@ inline std::string row_name(const std::string& mode, int replicas) { return mode
 
 std::string peer_mismatch(const BenchRow& peer, int64_t train_examples, int batch_size, double lr);
 
-// The table, each row's seconds per epoch also as a ratio to the reference row (the first row named
-// `reference`, when present).
+// The table, each row's seconds per epoch with its spread and as a ratio to the reference row (the first
+// row named `reference`, when present).
 std::string markdown_table(const std::vector<BenchRow>& rows, const std::string& reference);
 
 }  // namespace lenet::profiling

@@ -662,6 +662,14 @@ class Timing:
         idx = self.timed()
         return sum(self.seconds[i] for i in idx) / len(idx)
 
+    def spread(self):
+        """Half the range of the timed epochs' seconds over their mean, as lenet-bench's column "±"; None for
+        one timed epoch."""
+        times = [self.seconds[i] for i in self.timed()]
+        if len(times) < 2 or sum(times) <= 0:
+            return None
+        return (max(times) - min(times)) / 2 / (sum(times) / len(times))
+
     def enqueue_ms_per_step(self):
         idx = self.timed()
         if any(self.enqueue[i] is None for i in idx):
@@ -788,6 +796,7 @@ def main(argv):
             "test_acc": timing.acc[-1],
             "test_acc_per_epoch": timing.acc,
             "epoch_seconds": timing.seconds,
+            "seconds_per_epoch_spread": timing.spread(),
             "torch_version": str(torch.__version__),
             "device_name": device_name(torch, devices),
         }

@@ -140,13 +140,19 @@ BenchRow sample_row(const std::string& name, double seconds) {
 }
 
 TEST(BenchModel, JsonRoundTripAndMarkdown) {
-  const BenchRow a = sample_row("naive R=1", 2.0), b = sample_row("graph R=2", 0.5);
+  const BenchRow a = sample_row("naive R=1", 2.0);
+  BenchRow b = sample_row("graph R=2", 0.5);
+  b.epoch_seconds = {0.49, 0.51};
+  b.seconds_per_epoch_spread = epoch_spread(b.epoch_seconds);
   const BenchRow back = row_from_json(to_json(b));
   EXPECT_EQ(to_json(back), to_json(b));
   EXPECT_TRUE(to_json(b)["idle_ms_per_step"].is_null());
   nlohmann::json missing = to_json(b);
   missing.erase("test_acc");
   EXPECT_THROW(row_from_json(missing), std::runtime_error);
+  missing = to_json(b);  // a row from before the spread
+  missing.erase("seconds_per_epoch_spread");
+  EXPECT_FALSE(row_from_json(missing).seconds_per_epoch_spread.has_value());
   // Numbers out of their field's range are refused by name, not converted (1e10 replicas into an int).
   for (const auto& [key, value, says] : std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
            {"replicas", 1e10, "\"replicas\" is 10000000000.0, not an integer from 1 to 2147483647"},
@@ -159,6 +165,7 @@ TEST(BenchModel, JsonRoundTripAndMarkdown) {
            {"test_acc_per_epoch", {0.5, -3}, "\"test_acc_per_epoch\" is -3, not a number from 0 to 1"},
            {"test_acc_per_epoch", 0.5, "\"test_acc_per_epoch\" is not a list"},
            {"epoch_seconds", {1.0, "x"}, "\"epoch_seconds\" is \"x\", not a number"},
+           {"seconds_per_epoch_spread", -0.5, "\"seconds_per_epoch_spread\" is -0.5, not a number from 0"},
            {"name", "a\nb", "\"name\" is \"a\\nb\", not a name on one line"},
            {"name", "a\xc2\x9b" "b", "\"name\" is \"a\xc2\x9b" "b\", not a name on one line"},  // U+009B, CSI
            {"mode", "", "\"mode\" is \"\", not a name on one line"},
@@ -175,7 +182,8 @@ TEST(BenchModel, JsonRoundTripAndMarkdown) {
     }
   }
   const std::string md = markdown_table({a, b}, "naive R=1");
-  EXPECT_NE(md.find("| naive R=1 | 2.000 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| naive R=1 | 2.000 | - |"), std::string::npos) << md;  // no spread: one epoch timed
+  EXPECT_NE(md.find("| graph R=2 | 0.500 | 2.0% |"), std::string::npos) << md;  // 0.49 and 0.51: ±0.01 of 0.5
   EXPECT_NE(md.find("| 0.8300 | 0.250 |"), std::string::npos) << md;  // graph takes 0.25 of naive's time
   EXPECT_NE(md.find("| - |"), std::string::npos) << md;               // unmeasured columns
   // A '|' in a name stays inside its cell; a huge time keeps its magnitude (not cut to a buffer's 63 digits).
@@ -187,6 +195,14 @@ TEST(BenchModel, JsonRoundTripAndMarkdown) {
   const std::string md3 = markdown_table({sample_row("zero", 0.0), a}, "zero");
   EXPECT_EQ(md3.find("inf"), std::string::npos) << md3;
   EXPECT_NE(md3.find("| 0.8300 | - |"), std::string::npos) << md3;
+}
+
+TEST(BenchModel, EpochSpreadIsHalfTheRangeOverTheMean) {
+  EXPECT_FALSE(epoch_spread({}).has_value());
+  EXPECT_FALSE(epoch_spread({2.0}).has_value());
+  EXPECT_DOUBLE_EQ(*epoch_spread({2.0, 2.0}), 0.0);
+  EXPECT_DOUBLE_EQ(*epoch_spread({3.0, 1.0, 2.0}), 0.5);  // range 2, mean 2
+  EXPECT_DOUBLE_EQ(*epoch_spread({1.0, 1.0, 4.0}), 0.75);  // range 3, mean 2
 }
 
 TEST(BenchModel, PeerRowsOfOtherSettingsAreFlagged) {

@@ -29,6 +29,7 @@ ROW_FIELDS = {
     "examples_per_second", "kernel_ms_per_step", "idle_ms_per_step", "host_enqueue_ms_per_step",
     "kernel_launches_per_step", "graph_launches_per_step", "allreduce_ms_per_step", "test_acc",
     "test_acc_per_epoch", "epoch_seconds", "torch_version", "device_name", "timing_note", "train_examples",
+    "seconds_per_epoch_spread",
 }
 FINAL_LINE = re.compile(r"^test acc: \d\.\d\d, \d[0-9.]* sec/epoch on \[(.*)\]$")
 N_PARAMS = 129068
@@ -168,6 +169,8 @@ class PeerTextbookCpu(WithDataset):
                 self.assertEqual(row["test_acc"], row["test_acc_per_epoch"][-1])
                 # Fewer than 3 epochs: the mean of all of them.
                 self.assertAlmostEqual(row["seconds_per_epoch"], sum(row["epoch_seconds"]) / 2)
+                a, b = row["epoch_seconds"]
+                self.assertAlmostEqual(row["seconds_per_epoch_spread"], abs(a - b) / (a + b))
                 self.assertAlmostEqual(row["examples_per_second"], TRAIN / row["seconds_per_epoch"])
                 self.assertIn("evaluation excluded", row["timing_note"])
                 for k in ("kernel_ms_per_step", "idle_ms_per_step", "host_enqueue_ms_per_step",
@@ -210,6 +213,8 @@ class PeerTextbookCpu(WithDataset):
         with open(js) as f:
             row = json.load(f)
         self.assertAlmostEqual(row["seconds_per_epoch"], sum(row["epoch_seconds"][1:]) / 2)
+        timed = row["epoch_seconds"][1:]
+        self.assertAlmostEqual(row["seconds_per_epoch_spread"], (max(timed) - min(timed)) / 2 / row["seconds_per_epoch"])
         self.assertAlmostEqual(row["examples_per_second"], 40 / row["seconds_per_epoch"])
         self.assertIn("epochs 2..3", row["timing_note"])
 
