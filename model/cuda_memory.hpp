@@ -36,8 +36,9 @@ class DeviceBuffer {
   size_t bytes() const { return count_ * sizeof(T); }
   int device() const { return device_; }
 
-  // Synchronous copies, for set-up, tests and the naive mode's host reads.
-  // The buffer's device is made current so the copy is ordered after that device's legacy-stream work.
+  // Synchronous copies, for set-up, tests and the naive mode's host reads. The buffer's device is made
+  // current so the copy is ordered after that device's legacy-stream work; work on non-blocking streams
+  // (the graph mode's) is not waited for: the caller synchronizes those first.
   void upload(const T* host, size_t count, size_t offset = 0) {
     check_range(offset, count);
     DeviceGuard guard(device_);
