@@ -8,12 +8,15 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <sstream>
+
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -48,6 +51,36 @@ using Clock = std::chrono::steady_clock;
 void say(const std::string& message) { engine::say("lenet-bench", message); }
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// The first SIGINT, SIGTERM or SIGHUP stops the benchmark before its next timed step: the rows measured
+// before it are shown and written, the row being measured is left out, and the status is 128 + the
+// signal. A second one ends the process at once. A signal ignored when the program started stays ignored.
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int signal) {
+  if (g_stop_signal != 0) {
+    static const char line[] = "lenet-bench: stopped at once by a second signal\n";
+    [[maybe_unused]] const ssize_t ignored = ::write(STDERR_FILENO, line, sizeof line - 1);
+    _exit(128 + signal);
+  }
+  g_stop_signal = signal;
+}
+
+void install_stop_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&action.sa_mask, signal);
+  action.sa_flags = SA_RESTART;  // a write to a slow reader goes on, not fails with EINTR
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction inherited {};
+    if (sigaction(signal, nullptr, &inherited) == 0 && inherited.sa_handler != SIG_IGN) sigaction(signal, &action, nullptr);
+  }
+}
+
+// Thrown out of a timed epoch by a stop; not a std::exception, so that nothing on the way takes it for
+// a failure.
+struct Stopped {};
 
 struct Options {
   std::vector<std::string> modes = LENET_HAVE_CUDA ? std::vector<std::string>{"naive", "graph"}
@@ -92,6 +125,7 @@ EpochRun run_epoch(engine::Backend& backend, const io::FashionMnist& data, const
   EpochRun r;
   const Clock::time_point t0 = Clock::now();
   for (size_t k = 0; k < sampler.num_batches(); ++k) {
+    if (g_stop_signal != 0 && step_starts == nullptr) throw Stopped{};  // a traced epoch ends, and stops CUPTI
     const io::BatchRange batch = sampler.batch(k);
     if (step_starts) step_starts->push_back(profiling::CuptiTrace::now());
     const Clock::time_point h0 = Clock::now();
@@ -485,11 +519,19 @@ int main(int argc, char** argv) {
     }
 
     std::vector<profiling::BenchRow> rows;
+    install_stop_handlers();
+    std::string left_out;  // what a stop left out
     for (const std::string& mode : o.modes)
       for (int r : o.replicas) {
+        if (!left_out.empty()) continue;
         say(profiling::row_name(mode, r));
         nlohmann::json timeline;
-        rows.push_back(bench_config(mode, r, num_gpus, data, o, &timeline));
+        try {
+          rows.push_back(bench_config(mode, r, num_gpus, data, o, &timeline));
+        } catch (const Stopped&) {
+          left_out = "the rows from " + profiling::row_name(mode, r) + " on";
+          continue;
+        }
         if (!timeline.is_null() && !timeline_folder.empty()) {  // per-step kernel and idle time, for profiling/plot.py
           const std::string path = (timeline_folder / ("timeline-" + mode + "-r" + std::to_string(r) + ".json")).string();
           std::ofstream file(path);
@@ -497,6 +539,10 @@ int main(int argc, char** argv) {
             throw std::runtime_error(failed);
         }
       }
+    if (g_stop_signal != 0 && rows.empty()) {
+      say("stopped by signal " + std::to_string(g_stop_signal) + " before a row was measured; nothing written");
+      return 128 + g_stop_signal;
+    }
     rows.insert(rows.end(), peer_rows.begin(), peer_rows.end());
     std::string peer_notes;
     for (const profiling::BenchRow& p : peer_rows)
@@ -544,7 +590,13 @@ int main(int argc, char** argv) {
     md << ".\n";
 #if LENET_HAVE_CUDA
     double step_latency = 0;
-    if (!o.no_allreduce && wants_gpu) {
+    // A stop skips the sections not begun; one under way completes (seconds on a GPU).
+    auto skip_when_stopped = [&](const char* section) {
+      if (g_stop_signal == 0) return false;
+      left_out += (left_out.empty() ? "" : ", ") + std::string(section);
+      return true;
+    };
+    if (!o.no_allreduce && wants_gpu && !skip_when_stopped("the allreduce sweep")) {
       out["allreduce"] = bench_allreduce(o, num_gpus, md);
       // Two members, the smallest message: two ring steps of almost no data, so half its time is the
       // latency of one step (copy and add kernel launched from a graph).
@@ -554,8 +606,16 @@ int main(int argc, char** argv) {
           break;
         }
     }
-    if (!o.no_projection && wants_gpu) out["projection"] = project(data, o, step_latency, md);
+    if (!o.no_projection && wants_gpu && !skip_when_stopped("the projection"))
+      out["projection"] = project(data, o, step_latency, md);
 #endif
+    const std::string stop_note = g_stop_signal == 0 ? ""
+                                  : "stopped by signal " + std::to_string(g_stop_signal) +
+                                        (left_out.empty() ? " after the last section" : "; left out: " + left_out);
+    if (!stop_note.empty()) {
+      md << "\n" << stop_note << ".\n";
+      out["stopped"] = stop_note;
+    }
     // On stdout, unless --json or --markdown writes there: stdout then holds that file's text alone.
     const bool stdout_taken = engine::standard_stream_of(o.json_path) == &std::cout ||
                               engine::standard_stream_of(o.markdown_path) == &std::cout;
@@ -584,7 +644,9 @@ int main(int argc, char** argv) {
       }
       if (const std::string failed = engine::write_all(*stream, text, path); !failed.empty()) throw std::runtime_error(failed);
     }
-    return 0;
+    if (g_stop_signal == 0) return 0;
+    say(stop_note.empty() ? "stopped by signal " + std::to_string(g_stop_signal) + " once the tables were complete" : stop_note);
+    return 128 + g_stop_signal;
   } catch (const std::exception& e) {
     say(std::string("error: ") + e.what());
     return 1;

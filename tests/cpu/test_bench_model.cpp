@@ -247,6 +247,41 @@ TEST_F(BenchTool, CpuRowsWriteJsonAndMarkdown) {
   EXPECT_NE(lenet::testing::slurp(md).find("| cpu R=2 |"), std::string::npos);
 }
 
+// A stop (SIGTERM: a shell's background job ignores SIGINT) once the second row has begun: the rows
+// measured before it are shown and written, the rest named as left out, status 143. A second signal ends
+// the run at once, with the status it gives.
+TEST_F(BenchTool, StopKeepsTheRowsMeasuredBeforeIt) {
+  const std::string json = (dir_ / "r.json").string(), err = (dir_ / "err").string(), out = (dir_ / "out").string();
+  auto run_stopped = [&](const std::string& kill) {
+    const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1,2,3,4 "
+                            "--train-limit 2048 --test-limit 64 --epochs 2 --json '" + json + "' >'" + out + "' 2>'" + err +
+                            "' & pid=$!; while kill -0 $pid 2>/dev/null && ! grep -q 'cpu R=2' '" + err +
+                            "'; do sleep 0.05; done; " + kill + "; wait $pid; exit $?";
+    const int raw = std::system(cmd.c_str());
+    return WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  };
+  ASSERT_EQ(run_stopped("kill -TERM $pid"), 143) << lenet::testing::slurp(err);
+  const nlohmann::json j = nlohmann::json::parse(lenet::testing::slurp(json));
+  const size_t measured = j["rows"].size();  // 1 unless a row ran through before the signal came
+  ASSERT_GE(measured, 1u);
+  ASSERT_LT(measured, 4u);
+  const std::string next = "cpu R=" + std::to_string(measured + 1);
+  const std::string note = "stopped by signal 15; left out: the rows from " + next + " on";
+  EXPECT_EQ(j["stopped"], note);
+  EXPECT_NE(lenet::testing::slurp(err).find("lenet-bench: " + note + "\n"), std::string::npos) << lenet::testing::slurp(err);
+  const std::string table = lenet::testing::slurp(out);
+  EXPECT_NE(table.find("| cpu R=1 |"), std::string::npos) << table;
+  EXPECT_EQ(table.find("| " + next + " |"), std::string::npos) << table;
+  EXPECT_NE(table.find(note + "."), std::string::npos) << table;
+  std::filesystem::remove(json);
+  // Two kinds of signal, so that the second is not merged into the first while it is pending; it comes
+  // while the first one's step is still running.
+  const int status = run_stopped("kill -TERM $pid; kill -HUP $pid");
+  EXPECT_TRUE(status == 129 || status == 143) << status;
+  EXPECT_NE(lenet::testing::slurp(err).find("lenet-bench: stopped at once by a second signal\n"), std::string::npos)
+      << lenet::testing::slurp(err);
+}
+
 // --json - (stdout): stdout holds the JSON alone, the table goes to stderr.
 TEST_F(BenchTool, JsonIntoStdout) {
   const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1 "
