@@ -160,8 +160,9 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
                                "; try a smaller --lr");
     row.test_acc_per_epoch.push_back(double(backend->count_correct(data.test, o.batch_size)) / double(data.test.size()));
   };
-  run_epoch(*backend, data, sampler, epoch++, float(o.lr));  // warm-up: first-touch, lazy library set-up
-  evaluate();
+  // epoch_seconds and test_acc_per_epoch have every epoch that ran (warm-up, timed, traced), as a peer's do.
+  row.epoch_seconds.push_back(run_epoch(*backend, data, sampler, epoch++, float(o.lr)).seconds);  // warm-up:
+  evaluate();  // first-touch, lazy library set-up
   double total = 0, host = 0;
   size_t steps = 0;
   for (int e = 0; e < o.timed_epochs; ++e) {
@@ -173,7 +174,7 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
     evaluate();
   }
   row.seconds_per_epoch = total / o.timed_epochs;
-  row.seconds_per_epoch_spread = profiling::epoch_spread(row.epoch_seconds);
+  row.seconds_per_epoch_spread = profiling::epoch_spread({row.epoch_seconds.begin() + 1, row.epoch_seconds.end()});
   row.examples_per_second = double(data.train.size()) / *row.seconds_per_epoch;
   row.host_enqueue_ms_per_step = host / double(steps) * 1e3;
   // One more epoch traced with CUPTI, for the columns it fills; a failure leaves them empty.
@@ -189,6 +190,7 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
       return untraced(std::string("CUPTI refused (") + e.what() + ")");
     }
     const EpochRun r = run_epoch(*backend, data, sampler, epoch++, float(o.lr), &step_starts);
+    row.epoch_seconds.push_back(r.seconds);
     profiling::Activity a;
     std::string failure;
     try {

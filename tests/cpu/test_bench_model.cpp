@@ -237,6 +237,9 @@ TEST_F(BenchTool, CpuRowsWriteJsonAndMarkdown) {
     ASSERT_TRUE(r.seconds_per_epoch.has_value());
     EXPECT_GT(*r.seconds_per_epoch, 0.0);
     EXPECT_EQ(r.test_acc_per_epoch.size(), 2u);  // warm-up and timed epoch
+    ASSERT_EQ(r.epoch_seconds.size(), 2u);       // the same epochs
+    EXPECT_DOUBLE_EQ(r.epoch_seconds[1], *r.seconds_per_epoch);  // the timed one
+    EXPECT_FALSE(r.seconds_per_epoch_spread.has_value());        // of one timed epoch
     EXPECT_EQ(r.train_examples, 512);
   }
   EXPECT_NEAR(j["floor"]["flops_per_epoch"].get<double>(), 512 * lenet::model::train_flops_per_example(), 1.0);
