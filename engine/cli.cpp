@@ -22,6 +22,7 @@
 #include "engine/cuda_probe.hpp"
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
+#include "engine/stop_signals.hpp"
 #include "graphs/cuda_error.hpp"
 #include "graphs/have_cuda.hpp"
 #include "io/dataset.hpp"
@@ -143,7 +144,8 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
       ->type_name("DIR");
   app.add_option("--train-limit", train_limit, "Use only the first N training examples")->check(decimal(1LL));
   app.add_option("--test-limit", test_limit, "Use only the first N test examples")->check(decimal(1LL));
-  app.add_option("--metrics", o.train.metrics_path, "Write one JSON object per epoch to FILE (JSON Lines; -: stdout)")->type_name("FILE");
+  app.add_option("--metrics", o.train.metrics_path, "Write one JSON object per epoch to FILE (JSON Lines; -: stdout)")
+      ->type_name("FILE");
   app.add_flag("--quiet", o.train.quiet, "No progress display");
   app.add_option("--save", o.save_path, "Write the parameters and training state to FILE (safetensors) after every epoch")
       ->type_name("FILE");
@@ -222,22 +224,6 @@ extern "C" void on_stop_signal(int signal) {
 // which would hold only for the thread that set it).
 void block_stop_signals() { g_stop_reported = 1; }
 
-void install_stop_handlers() {
-  struct sigaction action {};
-  action.sa_handler = on_stop_signal;
-  sigemptyset(&action.sa_mask);  // each blocks the others while it runs: two signals never both look first
-  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&action.sa_mask, signal);
-  // A write waiting on a full pipe (a reader that is slow or paused) goes on waiting: without SA_RESTART it
-  // would fail with EINTR and end the run as an error instead of a stop.
-  action.sa_flags = SA_RESTART;
-  // A signal ignored when the program starts stays ignored, as whoever started it asked: a hangup under
-  // nohup, an interrupt in a script's background job (POSIX shells ignore SIGINT there, so that the
-  // terminal's Ctrl-C stops the script, not its jobs). SIGTERM still stops such a run.
-  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) {
-    struct sigaction inherited {};
-    if (sigaction(signal, nullptr, &inherited) == 0 && inherited.sa_handler != SIG_IGN) sigaction(signal, &action, nullptr);
-  }
-}
 
 // Parameters to start from must be finite: NaN or infinity would only resurface as a "diverged" run.
 void check_finite_parameters(const std::vector<float>& p, const std::string& path) {
@@ -386,7 +372,7 @@ int run_cli(int argc, const char* const* argv) {
   };
   prepare_output();
   g_stderr_terminal = ::isatty(STDERR_FILENO) == 1 ? 1 : 0;
-  install_stop_handlers();  // first: a signal at any point after start-up gets its line and status
+  install_stop_handlers(on_stop_signal);  // first: a signal at any point after start-up gets its line and status
   // The source text's final line is the run's result: a stdout that cannot take it is an error.
   bool resuming = false;  // for the advice on running out of memory
   auto print_final = [](std::ostream& out, const std::string& line) {

@@ -28,6 +28,7 @@
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
 #include "engine/read_file.hpp"
+#include "engine/stop_signals.hpp"
 #include "graphs/have_cuda.hpp"
 #include "io/dataset.hpp"
 #include "io/sampler.hpp"
@@ -54,7 +55,7 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 // The first SIGINT, SIGTERM or SIGHUP stops the benchmark before its next timed step: the rows measured
 // before it are shown and written, the row being measured is left out, and the status is 128 + the
-// signal. A second one ends the process at once. A signal ignored when the program started stays ignored.
+// signal. A second one ends the process at once (engine/stop_signals.hpp installs it).
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 extern "C" void on_stop_signal(int signal) {
@@ -64,18 +65,6 @@ extern "C" void on_stop_signal(int signal) {
     _exit(128 + signal);
   }
   g_stop_signal = signal;
-}
-
-void install_stop_handlers() {
-  struct sigaction action {};
-  action.sa_handler = on_stop_signal;
-  sigemptyset(&action.sa_mask);
-  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&action.sa_mask, signal);
-  action.sa_flags = SA_RESTART;  // a write to a slow reader goes on, not fails with EINTR
-  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) {
-    struct sigaction inherited {};
-    if (sigaction(signal, nullptr, &inherited) == 0 && inherited.sa_handler != SIG_IGN) sigaction(signal, &action, nullptr);
-  }
 }
 
 // Thrown out of a timed epoch by a stop; not a std::exception, so that nothing on the way takes it for
@@ -125,7 +114,7 @@ EpochRun run_epoch(engine::Backend& backend, const io::FashionMnist& data, const
   EpochRun r;
   const Clock::time_point t0 = Clock::now();
   for (size_t k = 0; k < sampler.num_batches(); ++k) {
-    if (g_stop_signal != 0 && step_starts == nullptr) throw Stopped{};  // a traced epoch ends, and stops CUPTI
+    if (g_stop_signal != 0 && step_starts == nullptr) throw Stopped{};  // a traced epoch runs on, to stop CUPTI
     const io::BatchRange batch = sampler.batch(k);
     if (step_starts) step_starts->push_back(profiling::CuptiTrace::now());
     const Clock::time_point h0 = Clock::now();
@@ -399,7 +388,8 @@ int main(int argc, char** argv) {
   app.add_option("--test-limit", o.test_limit, "First N test examples")
       ->check(engine::decimal(1LL, 10000LL));
   app.add_option("--json", o.json_path, "Write the results as JSON to FILE, and each traced configuration's per-step "
-                                        "timeline beside it (timeline-MODE-rR.json; not for a pipe or device; -: stdout)")->type_name("FILE");
+                                        "timeline beside it (timeline-MODE-rR.json; not for a pipe or device; -: stdout)")
+      ->type_name("FILE");
   app.add_option("--markdown", o.markdown_path, "Write the tables as Markdown to FILE (-: stdout)")->type_name("FILE");
   app.add_option("--allreduce-replicas", o.allreduce_replicas, "Replica counts of the allreduce sweep")
       ->delimiter(',')->check(engine::decimal(2, 64))->capture_default_str();
@@ -521,7 +511,7 @@ int main(int argc, char** argv) {
     }
 
     std::vector<profiling::BenchRow> rows;
-    install_stop_handlers();
+    engine::install_stop_handlers(on_stop_signal);
     std::string left_out;  // what a stop left out
     for (const std::string& mode : o.modes)
       for (int r : o.replicas) {
@@ -552,8 +542,9 @@ int main(int argc, char** argv) {
     std::ostringstream md;
     md << "# lenet-bench\n\n" << data.train.size() << " training examples, batch " << o.batch_size << ", lr "
        << engine::format_double(o.lr) << ", seed " << o.seed << "; seconds per epoch are the training pass only, mean of " << o.timed_epochs
-       << " epoch(s) after a warm-up epoch, '±' half their range as a share of the mean; 'host ms/step' is the host's time to issue a step (on the CPU backend, "
-          "the whole step); 'test acc' is after a row's last epoch (a peer's own epoch count)"
+       << " epoch(s) after a warm-up epoch, '±' half their range as a share of the mean; 'host ms/step' is the "
+          "host's time to issue a step (on the CPU backend, the whole step); 'test acc' is after a row's last epoch "
+          "(a peer's own epoch count)"
        << (wants_gpu && !o.no_trace ? "; CUPTI columns from one further traced epoch: 'idle' is time between a "
                                       "device's first and last kernel with no kernel running (copies count as idle), "
                                       "'kernels/step' counts kernels launched by the host (not by a graph), "
@@ -611,12 +602,13 @@ int main(int argc, char** argv) {
     if (!o.no_projection && wants_gpu && !skip_when_stopped("the projection"))
       out["projection"] = project(data, o, step_latency, md);
 #endif
-    const std::string stop_note = g_stop_signal == 0 ? ""
-                                  : "stopped by signal " + std::to_string(g_stop_signal) +
-                                        (left_out.empty() ? " after the last section" : "; left out: " + left_out);
-    if (!stop_note.empty()) {
-      md << "\n" << stop_note << ".\n";
-      out["stopped"] = stop_note;
+    auto stop_note = [&] {
+      return "stopped by signal " + std::to_string(g_stop_signal) +
+             (left_out.empty() ? " once the tables were complete" : "; left out: " + left_out);
+    };
+    if (g_stop_signal != 0) {
+      md << "\n" << stop_note() << ".\n";
+      out["stopped"] = stop_note();
     }
     // On stdout, unless --json or --markdown writes there: stdout then holds that file's text alone.
     const bool stdout_taken = engine::standard_stream_of(o.json_path) == &std::cout ||
@@ -647,7 +639,7 @@ int main(int argc, char** argv) {
       if (const std::string failed = engine::write_all(*stream, text, path); !failed.empty()) throw std::runtime_error(failed);
     }
     if (g_stop_signal == 0) return 0;
-    say(stop_note.empty() ? "stopped by signal " + std::to_string(g_stop_signal) + " once the tables were complete" : stop_note);
+    say(stop_note());  // a signal while writing too: the status says it came
     return 128 + g_stop_signal;
   } catch (const std::exception& e) {
     say(std::string("error: ") + e.what());

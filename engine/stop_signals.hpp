@@ -1,0 +1,24 @@
+// How lenet-train and lenet-bench take a stop: one handler for SIGINT, SIGTERM and SIGHUP.
+#pragma once
+#include <csignal>
+
+namespace lenet::engine {
+
+// Each of the three blocks the others while `handler` runs, so two signals never both look first. A
+// write waiting on a full pipe (a slow or paused reader) goes on waiting: without SA_RESTART it would fail
+// with EINTR and end the run as an error instead of a stop. A signal ignored when the program starts
+// stays ignored, as whoever started it asked: a hangup under nohup, an interrupt in a script's background
+// job (POSIX shells ignore SIGINT there, so that the terminal's Ctrl-C stops the script, not its jobs).
+inline void install_stop_handlers(void (*handler)(int)) {
+  struct sigaction action {};
+  action.sa_handler = handler;
+  sigemptyset(&action.sa_mask);
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&action.sa_mask, signal);
+  action.sa_flags = SA_RESTART;
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction inherited {};
+    if (sigaction(signal, nullptr, &inherited) == 0 && inherited.sa_handler != SIG_IGN) sigaction(signal, &action, nullptr);
+  }
+}
+
+}  // namespace lenet::engine
