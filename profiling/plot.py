@@ -502,11 +502,11 @@ def main(argv):
     if not (acc or seconds or panels):
         raise PlotError("no usable input: no benchmark rows, metrics lines or timelines in "
                         + ", ".join(args.inputs))
+    plt = pyplot()  # before the folder is made: a failed run leaves nothing behind
     try:
         os.makedirs(args.out, exist_ok=True)
     except OSError as e:
         raise PlotError(f"{args.out}: cannot create the output folder ({e.strerror})", 1)
-    plt = pyplot()
     if acc:
         draw_accuracy(plt, acc, args.out)
     if seconds:

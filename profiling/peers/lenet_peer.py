@@ -94,7 +94,7 @@ def parse_args(argv):
                    help="use devices cuda:0..N-1 (default: all visible; cpu when CUDA is absent)")
     p.add_argument("--replicas", type=int, default=None, help="replicas, replica i on device i mod N (default N)")
     p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--lr", type=float, default=0.2)
+    p.add_argument("--lr", default="0.2")  # text, to be shown as typed in an error
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--data-dir", default=None,
@@ -114,12 +114,18 @@ def parse_args(argv):
     if a.batch_size < 1:
         raise UsageError(f"--batch-size {a.batch_size}: must be at least 1")
     # As lenet-train: the float32 the learning rate rounds to must be above 0 and finite.
+    lr_text = a.lr
+    if lr_text == "":
+        raise UsageError("--lr: empty value")
     try:
+        a.lr = float(lr_text)
         lr32 = struct.unpack("f", struct.pack("f", a.lr))[0]
     except OverflowError:
         lr32 = math.inf
+    except ValueError:
+        lr32 = math.nan
     if not (math.isfinite(lr32) and lr32 > 0):
-        raise UsageError(f"--lr {a.lr}: must be a number that rounds to a finite float32 above 0 (1.4e-45 to 3.4e38 once rounded)")
+        raise UsageError(f"--lr {lr_text}: must be a number that rounds to a finite float32 above 0 (1.4e-45 to 3.4e38 once rounded)")
     if a.epochs < 1:
         raise UsageError(f"--epochs {a.epochs}: must be at least 1")
     if a.num_gpus is not None and a.num_gpus < 1:

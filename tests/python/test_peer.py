@@ -293,6 +293,10 @@ class PeerErrors(WithDataset):
         for args in cases:
             with self.subTest(args=args):
                 self.assert_one_line(run_peer("--data-dir", self.data, *args), 2)
+        # The value as typed, not as Python's float prints it.
+        self.assertIn("--lr 0: must be", self.assert_one_line(run_peer("--data-dir", self.data, "--lr", "0"), 2))
+        self.assertIn("--lr fast: must be", self.assert_one_line(run_peer("--data-dir", self.data, "--lr", "fast"), 2))
+        self.assertIn("--lr: empty value", self.assert_one_line(run_peer("--data-dir", self.data, "--lr", ""), 2))
         # Not the folder LENET_DATA_DIR or the default names (a missing one here: no training run if taken).
         line = self.assert_one_line(run_peer("--data-dir", "", env=dict(os.environ, LENET_DATA_DIR=self.tmp.name + "/none")), 2)
         self.assertIn("--data-dir: empty value", line)

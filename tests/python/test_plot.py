@@ -98,6 +98,18 @@ class PlotErrors(unittest.TestCase):
                         f.write(text)
                     self.assertIn(said, self.assert_one_line_error(run_plot("--out", d, path), 2))
 
+    def test_without_matplotlib_nothing_is_made(self):
+        with tempfile.TemporaryDirectory() as d:
+            fake = os.path.join(d, "fake", "matplotlib")  # a matplotlib that cannot be imported
+            os.makedirs(fake)
+            with open(os.path.join(fake, "__init__.py"), "w") as f:
+                f.write("raise ImportError('no matplotlib here')\n")
+            out = os.path.join(d, "plots")
+            r = subprocess.run([sys.executable, PLOT, "--out", out, SAMPLE], capture_output=True, text=True, timeout=300,
+                               env=dict(os.environ, PYTHONPATH=os.path.dirname(fake)))
+            self.assertIn("matplotlib is not importable", self.assert_one_line_error(r, 1))
+            self.assertFalse(os.path.exists(out))
+
     def test_special_files(self):
         with tempfile.TemporaryDirectory() as d:
             self.assertIn("not a regular file or folder", self.assert_one_line_error(run_plot("--out", d, "/dev/null"), 2))
