@@ -149,8 +149,11 @@ inline bool other_than_regular_file(const std::string& path) {
 // The standard stream (std::cout, else std::cerr) that writes the regular file, pipe or socket `path`
 // names, or nullptr. Opened a second time, a regular file that stdout writes (`--metrics /dev/stdout >
 // log`) would be truncated and written at an offset of its own, over the stream's lines; written through
-// the stream, every line lands whole and in order.
+// the stream, every line lands whole and in order. /dev/stdout and /dev/stderr (and "-") name their stream
+// whatever it writes: a terminal too, so that the other lines go to the other stream there as well.
 inline std::ostream* standard_stream_of(const std::string& path) {
+  if (path == "/dev/stdout") return &std::cout;
+  if (path == "/dev/stderr") return &std::cerr;
   struct stat target {}, st {};
   if (path.empty() || ::stat(path.c_str(), &target) != 0) return nullptr;
   // A device (a terminal, /dev/null: maybe the one that took a closed descriptor) keeps no offset.

@@ -55,11 +55,13 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 // The first SIGINT, SIGTERM or SIGHUP stops the benchmark before its next timed step: the rows measured
 // before it are shown and written, the row being measured is left out, and the status is 128 + the
-// signal. A second one ends the process at once (engine/stop_signals.hpp installs it).
+// signal. A second one ends the process at once: another Ctrl-C, or another kind of signal; a hangup or
+// termination request that comes again counts once, as in lenet-train (a shell and a terminal both send
+// the hangup; timeout(1) signals the process, then its group). engine/stop_signals.hpp installs it.
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 extern "C" void on_stop_signal(int signal) {
-  if (g_stop_signal != 0) {
+  if (g_stop_signal != 0 && !(signal == g_stop_signal && signal != SIGINT)) {
     static const char line[] = "lenet-bench: stopped at once by a second signal\n";
     [[maybe_unused]] const ssize_t ignored = ::write(STDERR_FILENO, line, sizeof line - 1);
     _exit(128 + signal);
@@ -515,6 +517,7 @@ int main(int argc, char** argv) {
     std::string left_out;  // what a stop left out
     for (const std::string& mode : o.modes)
       for (int r : o.replicas) {
+        if (g_stop_signal != 0 && left_out.empty()) left_out = "the rows from " + profiling::row_name(mode, r) + " on";
         if (!left_out.empty()) continue;
         say(profiling::row_name(mode, r));
         nlohmann::json timeline;
@@ -583,7 +586,8 @@ int main(int argc, char** argv) {
     md << ".\n";
 #if LENET_HAVE_CUDA
     double step_latency = 0;
-    // A stop skips the sections not begun; one under way completes (seconds on a GPU).
+    // A stop skips the sections not begun; the allreduce sweep, under way, completes (seconds), and the
+    // projection's measurements stop.
     auto skip_when_stopped = [&](const char* section) {
       if (g_stop_signal == 0) return false;
       left_out += (left_out.empty() ? "" : ", ") + std::string(section);
@@ -599,8 +603,13 @@ int main(int argc, char** argv) {
           break;
         }
     }
-    if (!o.no_projection && wants_gpu && !skip_when_stopped("the projection"))
-      out["projection"] = project(data, o, step_latency, md);
+    if (!o.no_projection && wants_gpu && !skip_when_stopped("the projection")) {
+      try {
+        out["projection"] = project(data, o, step_latency, md);  // measures before it writes a line
+      } catch (const Stopped&) {
+        skip_when_stopped("the projection");
+      }
+    }
 #endif
     auto stop_note = [&] {
       return "stopped by signal " + std::to_string(g_stop_signal) +

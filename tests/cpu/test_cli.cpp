@@ -360,6 +360,12 @@ TEST_F(Cli, MetricsIntoStdoutOrStderr) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(records(r.out, "(no other line)"), 2) << r.out;
   EXPECT_EQ(r.err.rfind("test acc: ", 0), 0u) << r.err;
+  // Whatever stdout writes (a terminal; here the device /dev/null), "-" takes it and the final line goes
+  // to stderr.
+  const std::string to_device = "LENET_DATA_DIR='" + data_dir_ + "' '" LENET_TRAIN_EXE "' " + args + "- --quiet >/dev/null 2>'" +
+                                (dir_ / "err").string() + "'";
+  ASSERT_EQ(std::system(to_device.c_str()), 0);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err").rfind("test acc: ", 0), 0u) << lenet::testing::slurp(dir_ / "err");
   r = run(args + "/dev/stderr");  // between the progress lines
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(records(r.err, "epoch "), 2) << r.err;
