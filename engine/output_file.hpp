@@ -132,6 +132,12 @@ inline std::string new_file_problem(const std::string& path) {
 // Why `path` cannot be written as a file: it names a folder, a loop of symbolic links or a file that
 // may not be written, or nothing yet where no file can be made (new_file_problem); empty when none.
 inline std::string output_file_problem(const std::string& path) {
+  // Stdout or stderr ("-" too) must take writes: one the caller closed is /dev/null opened for reading
+  // (prepare_output), which a second open of the name would write into unseen.
+  if (path == "/dev/stdout" || path == "/dev/stderr") {
+    const int flags = ::fcntl(path == "/dev/stdout" ? STDOUT_FILENO : STDERR_FILENO, F_GETFL);
+    return flags >= 0 && (flags & O_ACCMODE) != O_RDONLY ? "" : path + ": closed, nothing can be written to it";
+  }
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return path + ": is a folder, not a file name";
   if (::access(path.c_str(), F_OK) == 0) return ::access(path.c_str(), W_OK) == 0 ? "" : path + ": is read-only";

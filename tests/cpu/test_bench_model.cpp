@@ -312,6 +312,11 @@ TEST_F(BenchTool, JsonIntoStdout) {
                                 (dir_ / "err").string() + "'";
   ASSERT_EQ(std::system(to_device.c_str()), 0);
   EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("| cpu R=1 |"), std::string::npos) << lenet::testing::slurp(dir_ / "err");
+  // A closed stdout is refused before benchmarking.
+  const std::string closed = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1 "
+                             "--train-limit 256 --test-limit 64 --epochs 1 --json - >&- 2>'" + (dir_ / "err").string() + "'";
+  EXPECT_EQ(WEXITSTATUS(std::system(closed.c_str())), 1);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: error: /dev/stdout: closed, nothing can be written to it\n");
   // A stdout that cannot take the table.
   const std::string full = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1 "
                            "--train-limit 256 --test-limit 64 --epochs 1 >/dev/full 2>'" + (dir_ / "err").string() + "'";

@@ -366,6 +366,12 @@ TEST_F(Cli, MetricsIntoStdoutOrStderr) {
                                 (dir_ / "err").string() + "'";
   ASSERT_EQ(std::system(to_device.c_str()), 0);
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err").rfind("test acc: ", 0), 0u) << lenet::testing::slurp(dir_ / "err");
+  // A closed stdout (which the program fills with /dev/null for reading) is refused before training.
+  const std::string closed = "LENET_DATA_DIR='" + data_dir_ + "' '" LENET_TRAIN_EXE "' " + args + "- --quiet >&- 2>'" +
+                             (dir_ / "err").string() + "'";
+  EXPECT_EQ(WEXITSTATUS(std::system(closed.c_str())), 1);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
+            "lenet-train: error: /dev/stdout: closed, nothing can be written to it (--metrics)\n");
   r = run(args + "/dev/stderr");  // between the progress lines
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(records(r.err, "epoch "), 2) << r.err;
