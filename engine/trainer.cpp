@@ -170,9 +170,10 @@ TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOpt
       const TrainStats st = backend.take_train_stats();
       if (!std::isfinite(st.loss_sum) || !all_finite(backend.parameters(0))) {
         const int64_t bad_step = st.first_nonfinite_step;
-        const std::string where = bad_step >= 0 ? "at " + step_text(first_step + uint64_t(bad_step) + 1)
-                                                : "between steps " + in_epoch(first_step + 1) + " and " + in_epoch(step) +
-                                                      " of " + std::to_string(batches);
+        const std::string where = bad_step >= 0             ? "at " + step_text(first_step + uint64_t(bad_step) + 1)
+                                  : first_step + 1 == step ? "at " + step_text(step)  // the epoch's only step
+                                                           : "between steps " + in_epoch(first_step + 1) + " and " +
+                                                                 in_epoch(step) + " of " + std::to_string(batches);
         throw TrainingDiverged("non-finite " + std::string(std::isfinite(st.loss_sum) ? "parameters" : "training loss") +
                                " in epoch " + std::to_string(e + 1) + ", " + where +
                                (options.start_step > 0 ? "; start again with a smaller --lr (a resumed run keeps its own)"

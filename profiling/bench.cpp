@@ -484,7 +484,10 @@ int main(int argc, char** argv) {
           engine::read_without_waiting<std::runtime_error>(file, kLimit + 1, "the --peers file");
       if (bytes.size() > kLimit) throw std::runtime_error(file + ": larger than a peer row (over 1 MiB)");
       try {
-        peer_rows.push_back(profiling::row_from_json(nlohmann::json::parse(bytes.begin(), bytes.end())));
+        const nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end());
+        if (j.is_object() && j.contains("rows") && !j.contains("name"))
+          throw std::runtime_error("a whole lenet-bench result, not one row; profiling/peers/lenet_peer.py --json writes a row");
+        peer_rows.push_back(profiling::row_from_json(j));
       } catch (const std::exception& e) {  // unreadable JSON, or a row without a field the table needs
         throw std::runtime_error(file + ": not a peer row (" + e.what() + ")");
       }
@@ -492,6 +495,7 @@ int main(int argc, char** argv) {
         throw std::runtime_error(file + ": its row is named \"" + peer_rows.back().name + "\" as another row is");
       names.push_back(peer_rows.back().name);
     }
+    engine::install_stop_handlers(on_stop_signal);  // a stop while the data loads comes to the rows' loop
     const io::FashionMnist data = io::load_fashion_mnist(io::resolve_data_dir(o.data_dir), size_t(o.train_limit),
                                                          size_t(o.test_limit));
     if (const std::string problem =
@@ -513,7 +517,6 @@ int main(int argc, char** argv) {
     }
 
     std::vector<profiling::BenchRow> rows;
-    engine::install_stop_handlers(on_stop_signal);
     std::string left_out;  // what a stop left out
     for (const std::string& mode : o.modes)
       for (int r : o.replicas) {

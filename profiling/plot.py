@@ -329,8 +329,15 @@ def seconds_table(bench):
     """{series: {replicas: seconds}}: a series per implementation and mode (and batch size, lr and
     training-set size, where rows differ in them; "?" where a row does not record one); a later row of
     the same series and replica count replaces an earlier one."""
-    rows = [(p, r) for p, r in bench if is_number(r.get("seconds_per_epoch")) and r["seconds_per_epoch"] > 0
-            and is_number(r.get("replicas")) and r["replicas"] >= 1 and float(r["replicas"]).is_integer()]
+    rows = []
+    for p, r in bench:
+        if not (is_number(r.get("seconds_per_epoch")) and r["seconds_per_epoch"] > 0):
+            continue
+        if is_number(r.get("replicas")) and r["replicas"] >= 1 and float(r["replicas"]).is_integer():
+            rows.append((p, r))
+        else:
+            say(f"{p}: row {json.dumps(r.get('name'))}: replicas {json.dumps(r.get('replicas'))} is not a replica "
+                "count; left out of the seconds plot")
     # A peer's mode is the same on the CPU and on a GPU: where rows ran on different kinds of device, the
     # kind is part of the name.
     kinds_differ = len({device_kind(r) for _, r in rows}) > 1
@@ -390,7 +397,7 @@ def pyplot():
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except ImportError as e:
+    except Exception as e:  # ImportError, or whatever a broken installation raises
         raise PlotError(f"matplotlib is not importable by {sys.executable} ({e}); install it for that Python "
                         "(Debian's /usr/bin/python3: `apt-get install python3-matplotlib`)", 1)
     return plt

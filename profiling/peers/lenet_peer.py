@@ -18,6 +18,7 @@ import gzip
 import json
 import math
 import os
+import re
 import struct
 import sys
 import time
@@ -117,13 +118,14 @@ def parse_args(argv):
     lr_text = a.lr
     if lr_text == "":
         raise UsageError("--lr: empty value")
-    try:
+    # A decimal number, as lenet-train reads it: not Python's float() spellings (" 0.2", "1_0", other digits).
+    lr32 = math.nan
+    if re.fullmatch(r"\+?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", lr_text, re.ASCII):
         a.lr = float(lr_text)
-        lr32 = struct.unpack("f", struct.pack("f", a.lr))[0]
-    except OverflowError:
-        lr32 = math.inf
-    except ValueError:
-        lr32 = math.nan
+        try:
+            lr32 = struct.unpack("f", struct.pack("f", a.lr))[0]
+        except OverflowError:
+            lr32 = math.inf
     if not (math.isfinite(lr32) and lr32 > 0):
         raise UsageError(f"--lr {lr_text}: must be a number that rounds to a finite float32 above 0 (1.4e-45 to 3.4e38 once rounded)")
     if a.epochs < 1:

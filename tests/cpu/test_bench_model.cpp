@@ -350,6 +350,10 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   text = lenet::testing::slurp(dir_ / "err");
   EXPECT_NE(text.find("bad-peer.json: not a peer row"), std::string::npos) << text;
   EXPECT_EQ(text.find("cpu R=1"), std::string::npos) << "benchmarked before failing: " << text;
+  std::ofstream(dir_ / "whole.json") << "{\"rows\": [], \"floor\": {}}";  // lenet-bench's own --json
+  EXPECT_EQ(run_bench("--peers '" + (dir_ / "whole.json").string() + "'"), 1);
+  text = lenet::testing::slurp(dir_ / "err");
+  EXPECT_NE(text.find("whole.json: not a peer row (a whole lenet-bench result, not one row;"), std::string::npos) << text;
   // A named pipe that nobody reads would have made the final write wait for ever, and one that nobody
   // writes the reading of the peer rows.
   ASSERT_EQ(::mkfifo((dir_ / "pipe").c_str(), 0600), 0);

@@ -285,10 +285,11 @@ class ScriptedBackend : public engine::Backend {
 };
 
 // What the trainer says of a run that goes bad at run step `bad_step` (1000 examples in minibatches
-// of 64: 16 steps an epoch), and how many checkpoints it wrote before.
-std::pair<std::string, int> diverge_at(uint64_t bad_step, bool loss_goes_bad) {
+// of 64: 16 steps an epoch, unless `batch_size` says otherwise), and how many checkpoints it wrote before.
+std::pair<std::string, int> diverge_at(uint64_t bad_step, bool loss_goes_bad, int batch_size = 64) {
   ScriptedBackend b(bad_step, loss_goes_bad);
   engine::TrainOptions o = options();
+  o.batch_size = batch_size;
   int saved = 0;
   o.checkpoint = [&](int, uint64_t, const engine::EpochSoFar&) { ++saved; };
   std::ostringstream log;
@@ -312,6 +313,9 @@ TEST(Diverging, ParametersThatOverflowAfterAFiniteLossStopTheRunToo) {
   const auto [message, saved] = diverge_at(15, false);
   EXPECT_EQ(message, "non-finite parameters in epoch 1, between steps 1 and 16 of 16; try a smaller --lr");
   EXPECT_EQ(saved, 0) << "the overflowed parameters must not be checkpointed";
+  // An epoch of one step: that step.
+  EXPECT_EQ(diverge_at(1, false, 1000).first,
+            "non-finite parameters in epoch 2, at step 1 of 1 (step 2 of the run); try a smaller --lr");
 }
 
 // The rule the CPU backend and the GPU loss kernel share (model/step_tracker.hpp).

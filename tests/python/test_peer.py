@@ -295,7 +295,8 @@ class PeerErrors(WithDataset):
                 self.assert_one_line(run_peer("--data-dir", self.data, *args), 2)
         # The value as typed, not as Python's float prints it.
         self.assertIn("--lr 0: must be", self.assert_one_line(run_peer("--data-dir", self.data, "--lr", "0"), 2))
-        self.assertIn("--lr fast: must be", self.assert_one_line(run_peer("--data-dir", self.data, "--lr", "fast"), 2))
+        for lr in ("fast", " 0.2", "0.2 ", "1_0", "\u0660.\u0662", "0x1p-3"):  # "1_0" would be 10 to float()
+            self.assertIn(f"--lr {lr}: must be", self.assert_one_line(run_peer("--data-dir", self.data, "--lr", lr), 2))
         self.assertIn("--lr: empty value", self.assert_one_line(run_peer("--data-dir", self.data, "--lr", ""), 2))
         # Not the folder LENET_DATA_DIR or the default names (a missing one here: no training run if taken).
         line = self.assert_one_line(run_peer("--data-dir", "", env=dict(os.environ, LENET_DATA_DIR=self.tmp.name + "/none")), 2)

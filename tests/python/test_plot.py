@@ -99,16 +99,18 @@ class PlotErrors(unittest.TestCase):
                     self.assertIn(said, self.assert_one_line_error(run_plot("--out", d, path), 2))
 
     def test_without_matplotlib_nothing_is_made(self):
-        with tempfile.TemporaryDirectory() as d:
-            fake = os.path.join(d, "fake", "matplotlib")  # a matplotlib that cannot be imported
-            os.makedirs(fake)
-            with open(os.path.join(fake, "__init__.py"), "w") as f:
-                f.write("raise ImportError('no matplotlib here')\n")
-            out = os.path.join(d, "plots")
-            r = subprocess.run([sys.executable, PLOT, "--out", out, SAMPLE], capture_output=True, text=True, timeout=300,
-                               env=dict(os.environ, PYTHONPATH=os.path.dirname(fake)))
-            self.assertIn("matplotlib is not importable", self.assert_one_line_error(r, 1))
-            self.assertFalse(os.path.exists(out))
+        # A matplotlib that cannot be imported: missing, or broken.
+        for error in ("ImportError('no matplotlib here')", "RuntimeError('broken')"):
+            with self.subTest(error=error), tempfile.TemporaryDirectory() as d:
+                fake = os.path.join(d, "fake", "matplotlib")
+                os.makedirs(fake)
+                with open(os.path.join(fake, "__init__.py"), "w") as f:
+                    f.write(f"raise {error}\n")
+                out = os.path.join(d, "plots")
+                r = subprocess.run([sys.executable, PLOT, "--out", out, SAMPLE], capture_output=True, text=True,
+                                   timeout=300, env=dict(os.environ, PYTHONPATH=os.path.dirname(fake)))
+                self.assertIn("matplotlib is not importable", self.assert_one_line_error(r, 1))
+                self.assertFalse(os.path.exists(out))
 
     def test_special_files(self):
         with tempfile.TemporaryDirectory() as d:
@@ -359,9 +361,12 @@ class SecondsSeries(PlotModule):
         table = self.plot.seconds_table([("a.json", base), ("b.json", dict(base, replicas=2, seconds_per_epoch=7.0))])
         self.assertEqual(table, {"lenet-dp cpu": {1: 6.5, 2: 7.0}})
         # A replica count that is no count (1.5, 0) is not drawn as another one.
-        for bad in (1.5, 0, -2):
-            table = self.plot.seconds_table([("a.json", base), ("b.json", dict(base, replicas=bad, seconds_per_epoch=7.0))])
+        for bad in (1.5, 0, -2, "2", True, None):
+            with contextlib.redirect_stderr(io.StringIO()) as said:
+                table = self.plot.seconds_table([("a.json", base),
+                                                 ("b.json", dict(base, name="x", replicas=bad, seconds_per_epoch=7.0))])
             self.assertEqual(table, {"lenet-dp cpu": {1: 6.5}}, bad)
+            self.assertIn(f'b.json: row "x": replicas {json.dumps(bad)} is not a replica count', said.getvalue())
         self.assertEqual(self.plot.seconds_table([("a.json", dict(base, replicas=2.0))]), {"lenet-dp cpu": {2: 6.5}})
         table = self.plot.seconds_table([("a.json", base), ("b.json", dict(base, replicas=2, batch_size=256.0))])
         self.assertEqual(list(table), ["lenet-dp cpu"])  # 256 and 256.0 are one batch size
