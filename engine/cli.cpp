@@ -193,9 +193,7 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
 namespace {
 
 // The first SIGINT/SIGTERM/SIGHUP (a closed terminal or ssh session) asks the training loop to stop after
-// its current step; a second one ends the process at once: another Ctrl-C, or another kind of signal. A
-// hangup or a termination request that comes again counts once: a hangup may come from the shell and
-// from the terminal, and timeout(1) sends SIGTERM to the process and then to its process group. Only
+// its current step; a second one (engine::is_second_stop) ends the process at once. Only
 // async-signal-safe work happens in the handler.
 volatile std::sig_atomic_t g_stop_signal = 0;
 volatile std::sig_atomic_t g_stop_reported = 0;
@@ -203,7 +201,7 @@ volatile std::sig_atomic_t g_stderr_terminal = 0;  // the progress display may h
 
 extern "C" void on_stop_signal(int signal) {
   if (g_stop_reported != 0) return;
-  if (g_stop_signal != 0 && !(signal == g_stop_signal && signal != SIGINT)) {
+  if (is_second_stop(g_stop_signal, signal)) {
     // The second signal: at once, leaving no half-written temporary checkpoint.
     remove_checkpoint_in_progress();
     char line[] = "\r\x1b[2Klenet-train: stopped at once by a second signal NN\n";

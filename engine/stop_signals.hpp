@@ -4,6 +4,12 @@
 
 namespace lenet::engine {
 
+// Whether `signal`, coming after a first stop `first` (0: none yet), ends the process at once: another
+// Ctrl-C, or another kind of signal. A hangup or a termination request that comes again counts once: a
+// hangup may come from the shell and from the terminal, and timeout(1) sends SIGTERM to the process and
+// then to its process group. Async-signal-safe.
+inline bool is_second_stop(int first, int signal) { return first != 0 && (signal != first || signal == SIGINT); }
+
 // Each of the three blocks the others while `handler` runs, so two signals never both look first. A
 // write waiting on a full pipe (a slow or paused reader) goes on waiting: without SA_RESTART it would fail
 // with EINTR and end the run as an error instead of a stop. A signal ignored when the program starts

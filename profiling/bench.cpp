@@ -55,13 +55,12 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 // The first SIGINT, SIGTERM or SIGHUP stops the benchmark before its next timed step: the rows measured
 // before it are shown and written, the row being measured is left out, and the status is 128 + the
-// signal. A second one ends the process at once: another Ctrl-C, or another kind of signal; a hangup or
-// termination request that comes again counts once, as in lenet-train (a shell and a terminal both send
-// the hangup; timeout(1) signals the process, then its group). engine/stop_signals.hpp installs it.
+// signal. A second one (engine::is_second_stop, as in lenet-train) ends the process at once.
+// engine/stop_signals.hpp installs it.
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 extern "C" void on_stop_signal(int signal) {
-  if (g_stop_signal != 0 && !(signal == g_stop_signal && signal != SIGINT)) {
+  if (engine::is_second_stop(g_stop_signal, signal)) {
     static const char line[] = "lenet-bench: stopped at once by a second signal\n";
     [[maybe_unused]] const ssize_t ignored = ::write(STDERR_FILENO, line, sizeof line - 1);
     _exit(128 + signal);
