@@ -463,10 +463,11 @@ int main(int argc, char** argv) {
     // What could fail after the benchmark's minutes fails now: the output folders, a named pipe with no
     // reader (whose write ends stay open until the tables are written), the peers' rows.
     std::vector<std::unique_ptr<engine::PipeWriteEnd>> pipes;
-    for (const std::string& path : {o.json_path, o.markdown_path}) {
+    for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--json", o.json_path},
+                                     {"--markdown", o.markdown_path}}) {
       if (path.empty()) continue;
       if (const std::string problem = engine::output_file_problem(path); !problem.empty())
-        throw std::runtime_error(problem);
+        throw std::runtime_error(problem + " (" + flag + ")");
       pipes.push_back(std::make_unique<engine::PipeWriteEnd>(path));
       if (!pipes.back()->problem().empty()) throw std::runtime_error(pipes.back()->problem());
     }

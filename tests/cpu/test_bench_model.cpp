@@ -316,7 +316,7 @@ TEST_F(BenchTool, JsonIntoStdout) {
   const std::string closed = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1 "
                              "--train-limit 256 --test-limit 64 --epochs 1 --json - >&- 2>'" + (dir_ / "err").string() + "'";
   EXPECT_EQ(WEXITSTATUS(std::system(closed.c_str())), 1);
-  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: error: /dev/stdout: closed, nothing can be written to it\n");
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: error: /dev/stdout: closed, nothing can be written to it (--json)\n");
   // A stdout that cannot take the table.
   const std::string full = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1 "
                            "--train-limit 256 --test-limit 64 --epochs 1 >/dev/full 2>'" + (dir_ / "err").string() + "'";
@@ -369,7 +369,7 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_EQ(run_bench("--json \"$(printf '" + dir_.string() + "/missing\\n\\033[2J/b.json')\""), 1);
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
             "lenet-bench: error: " + dir_.string() + "/missing\\n\\x1b[2J/b.json: cannot write into the folder " +
-                dir_.string() + "/missing\\n\\x1b[2J\n");
+                dir_.string() + "/missing\\n\\x1b[2J (--json)\n");
   // A folder that takes no new file, found before the run for root too (access() lets root through /proc).
   EXPECT_EQ(run_bench("--json /proc/lenet-bench.json"), 1);
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err").rfind("lenet-bench: error: /proc/lenet-bench.json: cannot ", 0), 0u);
