@@ -28,6 +28,15 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
+// Shell commands for a `then` below, with the run's pid in $pid: send it SIG (INT, TERM, HUP) and wait
+// until it has taken it, so that a signal sent next is not merged into this one while it is pending. A
+// run that has already ended makes the shell exit with status 99: what the test was to show would
+// otherwise pass untested.
+inline std::string send_signal(const std::string& sig) {
+  return "{ [ -e /proc/$pid ] && ! grep -q '^State:.*zombie' /proc/$pid/status 2>/dev/null || exit 99; }; kill -" + sig +
+         " $pid; while grep -Eq '^ShdPnd:[[:space:]]*0*[1-9a-f]' /proc/$pid/status 2>/dev/null; do sleep 0.01; done; ";
+}
+
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {

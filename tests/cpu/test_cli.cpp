@@ -41,6 +41,7 @@ namespace {
 
 using lenet::testing::Cli;
 using lenet::testing::Result;
+using lenet::testing::send_signal;
 namespace fs = std::filesystem;
 
 // Whether `text` holds a match of the POSIX extended regular expression `pattern` (C's regex, not
@@ -814,13 +815,14 @@ TEST_F(Cli, DivergingRunExits1NamingTheEpoch) {
 }
 
 // A signal during training (SIGHUP too: a closed terminal) finishes the step, writes a loadable
-// checkpoint and exits with 128 + signal. The signal comes once the first epoch's record is written.
+// checkpoint and exits with 128 + signal. The signal comes once the first epoch's record is written, with
+// 19 epochs to go, so that it comes during training on any machine.
 TEST_F(Cli, SignalLeavesALoadableCheckpoint) {
   for (const auto& [name, status] : {std::pair<std::string, int>{"INT", 130}, {"TERM", 143}, {"HUP", 129}}) {
     const std::string ckpt = (dir_ / ("s-" + name + ".safetensors")).string();
     const std::string metrics = (dir_ / ("s-" + name + ".jsonl")).string();
-    const Result r = run("--backend cpu --quiet --train-limit 3000 --epochs 3 --metrics " + quoted(metrics) + " --save '" + ckpt + "'",
-                         "", once_training(metrics) + "kill -" + name + " $pid; wait $pid; exit $?");
+    const Result r = run("--backend cpu --quiet --train-limit 3000 --epochs 20 --metrics " + quoted(metrics) + " --save '" + ckpt + "'",
+                         "", once_training(metrics) + send_signal(name) + "wait $pid; exit $?");
     EXPECT_EQ(r.status, status) << r.err;
     // The data folder always (here the default one, or LENET_DATA_DIR's): LENET_DATA_DIR where the
     // command is pasted must not change it.
@@ -832,13 +834,13 @@ TEST_F(Cli, SignalLeavesALoadableCheckpoint) {
     const lenet::engine::Checkpoint c = lenet::engine::load_checkpoint(ckpt);
     ASSERT_TRUE(c.state.has_value());
     EXPECT_GE(c.state->step, 12u);  // the first epoch's 12 steps at least
-    EXPECT_EQ(c.state->epochs, 3);
+    EXPECT_EQ(c.state->epochs, 20);
   }
 }
 
 // The stop line ends with the command that goes on: --resume and the flags the checkpoint does not
 // record, quoted for the shell. Run as it is (without LENET_DATA_DIR), it completes the run. The signal
-// comes once the first epoch's record is written, in the second of three epochs. On the CPU, --num-gpus
+// comes once the first epoch's record is written, with five epochs to go. On the CPU, --num-gpus
 // only gave the default replica count, which the checkpoint records: the command leaves it out (with it,
 // the resumed run would be refused for 2 replicas against the checkpoint's 3).
 TEST_F(Cli, StopLineGivesTheCommandThatGoesOn) {
@@ -847,9 +849,9 @@ TEST_F(Cli, StopLineGivesTheCommandThatGoesOn) {
   fs::create_directory_symlink(LENET_TEST_DATA_DIR, odd / "data");
   // Relative names, and the data folder from LENET_DATA_DIR: the command says where they are.
   data_dir_ = "data";
-  const Result r = run("--backend cpu --quiet --train-limit 3000 --batch-size 500 --test-limit 100 --epochs 3 --metrics m.jsonl "
+  const Result r = run("--backend cpu --quiet --train-limit 3000 --batch-size 500 --test-limit 100 --epochs 6 --metrics m.jsonl "
                        "--save c.safetensors --num-gpus 2 --replicas 3",
-                       "cd " + quoted(odd.string()) + "; ", once_training("m.jsonl") + "kill -TERM $pid; wait $pid; exit $?");
+                       "cd " + quoted(odd.string()) + "; ", once_training("m.jsonl") + send_signal("TERM") + "wait $pid; exit $?");
   ASSERT_EQ(r.status, 143) << r.err;
   const std::string marker = "go on with: ";
   const size_t at = r.err.find(marker);
@@ -865,17 +867,17 @@ TEST_F(Cli, StopLineGivesTheCommandThatGoesOn) {
   std::ifstream in(odd / "m.jsonl");
   int records = 0;
   for (std::string line; std::getline(in, line);) ++records;
-  EXPECT_EQ(records, 3) << command;
-  EXPECT_EQ(lenet::engine::load_checkpoint((odd / "c.safetensors").string()).state->epoch, 3) << command;
+  EXPECT_EQ(records, 6) << command;
+  EXPECT_EQ(lenet::engine::load_checkpoint((odd / "c.safetensors").string()).state->epoch, 6) << command;
 }
 
 // A name with a control character is shown escaped, so a command with it would name another file: the
 // line then says what to give instead of a command.
 TEST_F(Cli, StopLineWithoutACommandWhereANameHoldsAControlCharacter) {
   const std::string metrics = (dir_ / "m.jsonl").string(), ckpt = (dir_ / "tab\there.safetensors").string();
-  const Result r = run("--backend cpu --quiet --train-limit 3000 --batch-size 500 --test-limit 100 --epochs 3 --metrics " +
+  const Result r = run("--backend cpu --quiet --train-limit 3000 --batch-size 500 --test-limit 100 --epochs 20 --metrics " +
                            quoted(metrics) + " --save " + quoted(ckpt),
-                       "", once_training(metrics) + "kill -TERM $pid; wait $pid; exit $?");
+                       "", once_training(metrics) + send_signal("TERM") + "wait $pid; exit $?");
   ASSERT_EQ(r.status, 143) << r.err;
   const std::string shown = (dir_ / "tab\\there.safetensors").string();
   EXPECT_NE(r.err.find("checkpoint written to " + shown + ", go on with --resume " + shown +
@@ -911,17 +913,17 @@ TEST_F(Cli, SignalInTheLastStepCompletesTheRunAndSaysSo) {
 // Under nohup (SIGHUP ignored when the program starts) a hangup stays ignored. A hangup that comes
 // twice (the shell's and the terminal's) is still one request to stop: the checkpoint is written. The
 // hangups come once the first epoch's record is written, in the second epoch's one step of 10000 or
-// 20000 rows, which takes a second or more (a fixed wait could land in the loading of a slow build,
-// where no checkpoint is written).
+// 20000 rows, which takes a second or more here (a fixed wait could land in the loading of a slow build,
+// where no checkpoint is written); the second once the first is taken.
 TEST_F(Cli, HangupIsIgnoredUnderNohupAndCountsOnce) {
   const std::string common = "--backend cpu --quiet --test-limit 100 ";
   const std::string m1 = (dir_ / "m1.jsonl").string(), m2 = (dir_ / "m2.jsonl").string();
   Result r = run(common + "--train-limit 10000 --batch-size 10000 --epochs 2 --metrics " + quoted(m1), "trap '' HUP; ",
-                 once_training(m1) + "kill -HUP $pid; wait $pid; exit $?");
+                 once_training(m1) + send_signal("HUP") + "wait $pid; exit $?");
   EXPECT_EQ(r.status, 0) << r.err;
   const std::string ckpt = (dir_ / "h.safetensors").string();
   r = run(common + "--train-limit 20000 --batch-size 20000 --epochs 3 --metrics " + quoted(m2) + " --save '" + ckpt + "'", "",
-          once_training(m2) + "kill -HUP $pid; sleep 0.3; kill -HUP $pid; wait $pid; exit $?");
+          once_training(m2) + send_signal("HUP") + send_signal("HUP") + "wait $pid; exit $?");
   EXPECT_EQ(r.status, 129) << r.err;
   EXPECT_EQ(r.err.find("stopped at once"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("checkpoint written to"), std::string::npos) << r.err;
@@ -934,10 +936,10 @@ TEST_F(Cli, InterruptIgnoredAtStartStaysIgnored) {
   const std::string ckpt = (dir_ / "job.safetensors").string();
   const std::string common = "--backend cpu --quiet --test-limit 100 --train-limit 3000 --batch-size 500 ";
   const std::string m1 = (dir_ / "m1.jsonl").string(), m2 = (dir_ / "m2.jsonl").string();
-  Result r = run(common + "--epochs 2 --metrics " + quoted(m1), "", once_training(m1) + "kill -INT $pid; wait $pid; exit $?");
+  Result r = run(common + "--epochs 4 --metrics " + quoted(m1), "", once_training(m1) + send_signal("INT") + "wait $pid; exit $?");
   EXPECT_EQ(r.status, 0) << r.err;
   r = run(common + "--epochs 20 --metrics " + quoted(m2) + " --save " + quoted(ckpt), "",
-          once_training(m2) + "kill -INT $pid; sleep 0.3; kill -TERM $pid; wait $pid; exit $?");
+          once_training(m2) + send_signal("INT") + send_signal("TERM") + "wait $pid; exit $?");
   EXPECT_EQ(r.status, 143) << r.err;
   EXPECT_EQ(r.err.find("stopped at once"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("checkpoint written to"), std::string::npos) << r.err;
@@ -945,13 +947,13 @@ TEST_F(Cli, InterruptIgnoredAtStartStaysIgnored) {
 
 // A termination request that comes twice is one request to stop, as a hangup is: timeout(1) sends
 // SIGTERM to the process and then to its process group, and the checkpoint must still be written. One
-// step per epoch of 10000 examples, a second or more: the second request comes while the step the first
-// one waits for runs.
+// step per epoch of 10000 examples, a second or more here: the second request comes once the first is
+// taken, while the step the first one waits for runs.
 TEST_F(Cli, TerminationSentTwiceCountsOnce) {
   const std::string metrics = (dir_ / "m.jsonl").string(), ckpt = (dir_ / "c.safetensors").string();
   const Result r = run("--backend cpu --quiet --train-limit 10000 --batch-size 10000 --test-limit 100 --epochs 3 --metrics " +
                            quoted(metrics) + " --save " + quoted(ckpt),
-                       "", once_training(metrics) + "kill -TERM $pid; sleep 0.2; kill -TERM $pid; wait $pid; exit $?");
+                       "", once_training(metrics) + send_signal("TERM") + send_signal("TERM") + "wait $pid; exit $?");
   EXPECT_EQ(r.status, 143) << r.err;
   EXPECT_EQ(r.err.find("stopped at once"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("checkpoint written to"), std::string::npos) << r.err;
