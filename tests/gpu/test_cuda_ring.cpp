@@ -1,6 +1,8 @@
 // The ring allreduce alone on a GPU: R = 1..8 replicas sharing GPU 0 (one stream each), buffer lengths
 // from 1 to the model's 129,068 including lengths not divisible by R and smaller than R, integer-valued
-// inputs so the result must equal the exact sum bit for bit; run eagerly and captured into a graph.
+// inputs so the result must equal the exact sum bit for bit; run eagerly and captured into a graph. The
+// naive mode's textbook allreduce too, tensor by tensor as that mode calls it.
+#include <algorithm>
 #include <random>
 
 #include "engine/cuda_ring.hpp"
@@ -21,13 +23,14 @@ struct RingFixture {
   std::vector<float> expected;
   std::vector<engine::RingMember> members;
 
-  RingFixture(int r, size_t len, std::mt19937& gen) : expected(len, 0.0f) {
+  // receive_len: what each member's receive buffer holds at least (the ring needs a chunk).
+  RingFixture(int r, size_t len, std::mt19937& gen, size_t receive_len = 0) : expected(len, 0.0f) {
     std::uniform_int_distribution<int> d(-1000, 1000);
     for (int i = 0; i < r; ++i) {
       streams.emplace_back(0);
       events.emplace_back(0);
       buffers.emplace_back(0, len);
-      receives.emplace_back(0, len / size_t(r) + 1);
+      receives.emplace_back(0, std::max(len / size_t(r) + 1, receive_len));
       std::vector<float> in(len);
       for (size_t k = 0; k < len; ++k) {
         in[k] = float(d(gen));
@@ -91,6 +94,23 @@ TEST(CudaRing, CapturedAndReplayedGivesTheExactSum) {
       exec.launch(f.streams[0].get());
       f.check(r, len, "replayed");
     }
+}
+
+// As the naive mode calls it: one tensor at a time, member 0's receive buffer holding the largest
+// tensor. Then the whole of a buffer whose length is no tensor's, as lenet-bench's sweep calls it.
+TEST(CudaRing, TextbookGivesTheExactSum) {
+  LENET_REQUIRE_GPU();
+  std::mt19937 gen(33);
+  size_t largest = 0;
+  for (const model::TensorSpec& t : model::tensor_specs()) largest = std::max(largest, t.size);
+  for (int r = 1; r <= 8; ++r) {
+    RingFixture f(r, model::kNumParameters, gen, largest);
+    for (const model::TensorSpec& t : model::tensor_specs()) engine::textbook_allreduce(f.members, t.offset, t.size);
+    f.check(r, model::kNumParameters, "textbook, tensor by tensor");
+    RingFixture whole(r, 1001, gen, 1001);
+    engine::textbook_allreduce(whole.members, 0, 1001);
+    whole.check(r, 1001, "textbook, whole buffer");
+  }
 }
 
 }  // namespace
