@@ -1,5 +1,5 @@
 // Shared by the tests that compare backends: the first minibatches of epoch 0 of a seeded shuffle, the
-// Euclidean distance between two parameter vectors, and their bit patterns.
+// Euclidean distance between two parameter vectors and between their tensors, and their bit patterns.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include "engine/backend.hpp"
 #include "io/dataset.hpp"
 #include "io/sampler.hpp"
+#include "model/lenet.hpp"
 
 namespace lenet::testing {
 
@@ -30,6 +31,27 @@ inline double distance(const std::vector<float>& a, const std::vector<float>& b)
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i) s += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
   return std::sqrt(s);
+}
+
+// The largest over the eight tensors of |got - ref| / |ref - start| on that tensor alone, and the
+// tensor's name: an error in a tensor that moves little would vanish in the whole vector's distance.
+struct TensorError {
+  double relative = 0;
+  const char* name = "";
+};
+inline TensorError worst_tensor_error(const std::vector<float>& got, const std::vector<float>& ref,
+                                      const std::vector<float>& start) {
+  if (got.size() != model::kNumParameters || ref.size() != got.size() || start.size() != got.size())
+    return {std::numeric_limits<double>::infinity(), "(a vector of the wrong size)"};
+  TensorError worst;
+  for (const model::TensorSpec& t : model::tensor_specs()) {
+    const auto part = [&t](const std::vector<float>& v) {
+      return std::vector<float>(v.begin() + long(t.offset), v.begin() + long(t.offset + t.size));
+    };
+    const double relative = distance(part(got), part(ref)) / distance(part(ref), part(start));
+    if (!(relative <= worst.relative)) worst = {relative, t.name};  // NaN (a tensor that did not move) too
+  }
+  return worst;
 }
 
 // What "bitwise identical" compares: with EXPECT_EQ, -0 differs from +0 and a NaN equals itself.

@@ -51,6 +51,10 @@ TEST(Equivalence, ReplicaCountDoesNotChangeTheParameters) {
     // ~1e-7 relative per operation, accumulated over 9 steps, stays orders of magnitude under 1e-4 of
     // the distance the parameters moved; a wrong split, divisor or reduction gives O(1).
     EXPECT_LT(lenet::testing::distance(got, one) / moved, 1e-4) << "R=" << r;
+    // Tensor by tensor too (here under 6e-6), so that a small error in a tensor that moves little, a
+    // 0.1% error in conv1.bias's gradient for one, does not vanish in the whole distance.
+    const lenet::testing::TensorError worst = lenet::testing::worst_tensor_error(got, one, start);
+    EXPECT_LT(worst.relative, 1e-4) << "R=" << r << ", " << worst.name;
     for (int i = 1; i < r; ++i) EXPECT_EQ(all[size_t(i)], got) << "replica " << i << " of " << r << " differs";
   }
 }
@@ -62,6 +66,8 @@ TEST(Equivalence, ReplicaWithNoRowsContributesNothing) {
   const std::vector<float> one = train_steps(1, 5, seed);
   const std::vector<float> four = train_steps(4, 5, seed);
   EXPECT_LT(lenet::testing::distance(four, one) / lenet::testing::distance(one, start), 1e-4);
+  const lenet::testing::TensorError worst = lenet::testing::worst_tensor_error(four, one, start);
+  EXPECT_LT(worst.relative, 1e-4) << worst.name;
 }
 
 // The backend runs chunks of kCpuChunkRows rows in parallel, in waves of kCpuChunksPerWave; CpuLenet

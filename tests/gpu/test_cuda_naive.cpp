@@ -43,6 +43,8 @@ void compare_with_cpu(int replicas, int batch, size_t steps) {
   ASSERT_GT(moved, 1e-4);
   const std::vector<float> got = gpu.parameters(0);
   EXPECT_LT(distance(got, ref) / moved, 1e-4) << "R=" << replicas << " batch=" << batch << " steps=" << steps;
+  const lenet::testing::TensorError worst = lenet::testing::worst_tensor_error(got, ref, start);
+  EXPECT_LT(worst.relative, lenet::testing::kTensorBound) << "R=" << replicas << " batch=" << batch << ", " << worst.name;
   for (int r = 1; r < replicas; ++r) EXPECT_EQ(gpu.parameters(r), got) << "replica " << r << " drifted";
   const model::StepStats cs = cpu.take_train_stats(), gs = gpu.take_train_stats();
   EXPECT_NEAR(gs.loss_sum, cs.loss_sum, 1e-4 * cs.loss_sum);
