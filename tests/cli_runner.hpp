@@ -52,7 +52,8 @@ class Cli : public ::testing::Test {
   // `as_script_job_` is set, env gives it the default back, as for a run started from a terminal.
   Result run(const std::string& args, const std::string& prefix = "", const std::string& then = "") {
     const std::string start = then.empty() || as_script_job_ ? "" : "env --default-signal=INT ";
-    const std::string cmd = prefix + start + "LENET_DATA_DIR='" + data_dir_ + "' " + launcher_ + "'" LENET_TRAIN_EXE "' " + args +
+    const std::string cmd = prefix + start + (hide_gpus_ ? "CUDA_VISIBLE_DEVICES= " : "") + "LENET_DATA_DIR='" + data_dir_ +
+                            "' " + launcher_ + "'" LENET_TRAIN_EXE "' " + args +
                             " >'" + (dir_ / "out").string() + "' 2>'" + (dir_ / "err").string() + "' </dev/null" + then;
     const int raw = std::system(cmd.c_str());
     Result r;
@@ -73,6 +74,7 @@ class Cli : public ::testing::Test {
 
   fs::path dir_;
   bool as_script_job_ = false;
+  bool hide_gpus_ = false;  // the run sees no CUDA device (CUDA_VISIBLE_DEVICES empty), as on a machine without one
   std::string data_dir_ = LENET_TEST_DATA_DIR;  // LENET_DATA_DIR for the run
   std::string launcher_;                        // a program that starts lenet-train, with a space after it
 };

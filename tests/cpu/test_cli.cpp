@@ -30,7 +30,6 @@
 #include "byte_files.hpp"
 #include "cli_runner.hpp"
 #include "engine/checkpoint.hpp"
-#include "engine/cuda_probe.hpp"
 #include "engine/output_file.hpp"
 #include "io/dataset.hpp"
 #include "io/idx.hpp"
@@ -109,8 +108,7 @@ TEST_F(Cli, UsageErrorsExit2WithOneLine) {
 }
 
 TEST_F(Cli, BackendCudaWithoutDeviceIsAUsageError) {
-  const lenet::engine::CudaProbe probe = lenet::engine::probe_cuda();
-  if (!probe.no_device()) GTEST_SKIP() << "a CUDA device answers: " << probe.describe();
+  hide_gpus_ = true;
   expect_usage_error("--backend cuda", "--backend cuda: no CUDA device answers");
 }
 
@@ -130,8 +128,7 @@ TEST_F(Cli, BuildWithoutCudaSaysSo) {
 // --backend auto without a GPU says it trains on the CPU, once the run is certain: a refused run's
 // stderr is its one error line.
 TEST_F(Cli, AutoBackendNoticeOnlyWhenTraining) {
-  const lenet::engine::CudaProbe probe = lenet::engine::probe_cuda();
-  if (!probe.no_device()) GTEST_SKIP() << "a CUDA device answers: " << probe.describe();
+  hide_gpus_ = true;
   Result r = run("--quiet --epochs 1 --train-limit 64 --test-limit 64");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("no CUDA device answers"), std::string::npos) << r.err;
@@ -890,10 +887,10 @@ TEST_F(Cli, StopLineWithoutACommandWhereANameHoldsAControlCharacter) {
 
 // A signal during the last step lets the run complete: the final line, the whole run's checkpoint, and
 // still 128 + signal with a line saying so. One minibatch of 30000 rows is the whole run; the signal is
-// sent once the CPU notice shows the data loaded (no GPU here: the notice comes just before training).
+// sent once the CPU notice shows the data loaded (the run sees no GPU: the notice comes just before
+// training).
 TEST_F(Cli, SignalInTheLastStepCompletesTheRunAndSaysSo) {
-  const lenet::engine::CudaProbe probe = lenet::engine::probe_cuda();
-  if (!probe.no_device()) GTEST_SKIP() << "a CUDA device answers: " << probe.describe();
+  hide_gpus_ = true;
   const std::string ckpt = (dir_ / "last.safetensors").string();
   const Result r = run("--quiet --train-limit 30000 --batch-size 30000 --test-limit 100 --epochs 1 --save '" + ckpt + "'", "",
                        " & pid=$!; while kill -0 $pid 2>/dev/null && ! grep -q 'training on the CPU' '" +
