@@ -192,7 +192,8 @@ Vec test_parameters(std::mt19937& gen) {
 // zero inside [-h, h] and the central difference mixes two slopes (seen: 1 of 320 samples off by 1e-4
 // relative). Such samples are recognised by their one-sided differences: where the loss is smooth they
 // differ by h * |f''|, measured below 3e-8 relative here, while that kink made them differ by 1.3e-4.
-// Samples over 1e-6 are left out; at most 5% may be, and the rest must meet the usual bound.
+// Samples over 1e-6 are left out; at most 5% may be (and 10 of a tensor's 40), and each tensor's other
+// samples must meet the usual bound on their own.
 TEST(Gradients, WholeNetworkSampledPerTensor) {
   std::mt19937 gen(6);
   Vec params = test_parameters(gen);
@@ -203,10 +204,10 @@ TEST(Gradients, WholeNetworkSampledPerTensor) {
   Vec grads(kNumParameters);
   const double l0 = net.forward_backward(params.data(), x.data(), labels.data(), rows, grads.data()).loss_sum;
   auto loss = [&] { return net.forward(params.data(), x.data(), labels.data(), rows).loss_sum; };
-  Vec analytic, numeric;
   size_t samples = 0, kinks = 0;
   std::uniform_int_distribution<size_t> pick(0, size_t{1} << 30);
   for (const TensorSpec& t : tensor_specs()) {
+    Vec analytic, numeric;
     for (int i = 0; i < 40; ++i, ++samples) {
       const size_t k = t.offset + pick(gen) % t.size;
       const auto [up, down] = loss_up_down(params[k], loss);
@@ -218,9 +219,10 @@ TEST(Gradients, WholeNetworkSampledPerTensor) {
       analytic.push_back(grads[k]);
       numeric.push_back((up - down) / (2 * kStep));
     }
+    EXPECT_GE(analytic.size(), 30u) << t.name << ": too many samples straddle a ReLU kink to judge";
+    EXPECT_LT(rel_error(analytic, numeric), kBound) << t.name;
   }
   EXPECT_LE(kinks, samples / 20) << "too many samples straddle a ReLU kink to judge";
-  EXPECT_LT(rel_error(analytic, numeric), kBound) << kinks << " kink samples left out of " << samples;
 }
 
 TEST(Gradients, FloatModelMatchesDoubleModel) {
