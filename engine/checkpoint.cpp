@@ -1,6 +1,7 @@
 #include "engine/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -426,6 +427,11 @@ void save_checkpoint(const std::string& path, const std::vector<float>& paramete
   const auto fail_unchanged = [&](const std::string& what, int err) {
     fail(what + " (" + os_error(err) + "); the previous checkpoint, if any, is unchanged");
   };
+  // The file replaced keeps its permission bits (a private checkpoint stays private); a new one gets the
+  // umask's.
+  struct stat replaced {};
+  if (::stat(target.c_str(), &replaced) == 0 && ::fchmod(tmp.fd(), replaced.st_mode & 07777) != 0)
+    fail_unchanged("cannot give " + tmp_path + " the permissions of the file it replaces", errno);
 
   size_t done = 0;
   while (done < bytes.size()) {

@@ -177,6 +177,10 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   if (!parse_seed(seed, o.train.seed)) throw UsageError("--seed " + seed + ": " + kU64Rule);
   if (!parse_lr(lr, o.train.lr)) throw UsageError("--lr " + lr + ": " + kFloat32PositiveRule);
   dash_is_stdout(o.train.metrics_path);
+  // "-" is a stream elsewhere; a checkpoint is a file (read whole, or replaced by a rename).
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--save", o.save_path},
+                                   {"--load", o.load_path}, {"--resume", o.resume_path}})
+    if (path == "-") throw UsageError(std::string(flag) + " -: a checkpoint is a file, not a stream; for a file named -, give ./-");
   if (app.count("--num-gpus")) o.num_gpus = num_gpus;
   o.epochs_given = app.count("--epochs") > 0;
   o.seed_given = app.count("--seed") > 0;
@@ -354,7 +358,8 @@ std::string mend_last_line(const std::string& path) {
   if (last[0] != '{' || !parsed.is_discarded()) throw refused;
   std::filesystem::resize_file(path, static_cast<uintmax_t>(start), ec);
   if (ec) throw io::DataError(path + ": cannot cut off the record cut short at its end (" + ec.message() + ") (--metrics)");
-  return "its last line was a record cut short (a failed write); removed it";
+  return "its last line was a record cut short (a failed write); removed it (that epoch keeps no record where the "
+         "checkpoint has it as done: the resumed run does not train it again)";
 }
 
 void say(const std::string& message) { engine::say(kProgram, message); }

@@ -364,6 +364,23 @@ TEST_F(CheckpointFiles, OverwritingAnExistingCheckpointReplacesIt) {
   EXPECT_EQ(folder_entries(), std::vector<std::string>{"model.safetensors"}) << "no temporary file left";
 }
 
+// The file a save replaces keeps its permission bits (a private checkpoint stays private); a new one
+// gets what the umask leaves of 0666.
+TEST_F(CheckpointFiles, ReplacedCheckpointKeepsItsPermissions) {
+  const mode_t umask_was = ::umask(022);
+  lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
+  struct stat st {};
+  ASSERT_EQ(::stat(path_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);
+  for (const mode_t mode : {mode_t{0600}, mode_t{0640}, mode_t{0664}}) {
+    ASSERT_EQ(::chmod(path_.c_str(), mode), 0);
+    lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state_after_epoch(7));
+    ASSERT_EQ(::stat(path_.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, mode);
+  }
+  ::umask(umask_was);
+}
+
 // A name as long as the folder takes leaves no room for the temporary file's suffix: the temporary
 // name is cut to fit, and saving (twice: created, then replaced) works as for any other name.
 TEST_F(CheckpointFiles, ANameAsLongAsTheFolderTakesSaves) {

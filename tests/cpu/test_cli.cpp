@@ -78,6 +78,8 @@ TEST_F(Cli, UsageErrorsExit2WithOneLine) {
   expect_usage_error("--lr nan", "--lr");
   expect_usage_error("--lr inf", "--lr");
   expect_usage_error("--replicas 0", "--replicas");
+  for (const std::string flag : {"--save", "--load", "--resume"})
+    expect_usage_error(flag + " -", flag + " -: a checkpoint is a file, not a stream; for a file named -, give ./-");
   expect_usage_error("--replicas 257", "--replicas");
   expect_usage_error("--batch-size 4 --replicas 5", "--replicas");
   expect_usage_error("--num-gpus 0", "--num-gpus");
@@ -586,7 +588,8 @@ TEST_F(Cli, ResumeMendsARecordCutShort) {
   const std::string common = "--backend cpu --quiet --batch-size 64 --train-limit 128 --test-limit 64 --metrics '" + metrics + "' ";
   ASSERT_EQ(run(common + "--epochs 1 --save '" + ckpt + "'").status, 0);
   const std::string first = lenet::testing::slurp(metrics);
-  const std::string removed = "its last line was a record cut short (a failed write); removed it";
+  const std::string removed = "its last line was a record cut short (a failed write); removed it (that epoch keeps no "
+                              "record where the checkpoint has it as done: the resumed run does not train it again)";
   for (const auto& [content, said, records] : std::vector<std::tuple<std::string, std::string, int>>{
            {first + "{\"epoch\": 2, \"train_lo", removed, 3},
            {first + "{" + std::string(100000, 'x'), removed, 3},
