@@ -89,6 +89,11 @@ class Progress {
 
 std::string three_significant(double x) {
   if (!std::isfinite(x) || x == 0) return fixed(x, 0);
+  if (std::fabs(x) >= 999.5e3) {  // a million or more (a checkpoint's hand-edited seconds): not 300 digits
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", x);
+    return text;
+  }
   const int magnitude = static_cast<int>(std::floor(std::log10(std::fabs(x))));
   const double scale = std::pow(10.0, 2 - magnitude);
   const double rounded = std::round(x * scale) / scale;  // 9.996 -> 10.0 needs one digit fewer

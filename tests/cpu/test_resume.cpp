@@ -222,6 +222,16 @@ TEST(Resume, ResumedRunDiffersFromAFreshOne) {
   EXPECT_NE(b.parameters(0), uninterrupted());
 }
 
+TEST(Trainer, SecondsShowThreeSignificantDigits) {
+  EXPECT_EQ(engine::three_significant(0.0123456), "0.0123");
+  EXPECT_EQ(engine::three_significant(9.996), "10.0");
+  EXPECT_EQ(engine::three_significant(123.45), "123");
+  EXPECT_EQ(engine::three_significant(98765.4), "98800");
+  EXPECT_EQ(engine::three_significant(999499.0), "999000");
+  EXPECT_EQ(engine::three_significant(999500.0), "1e+06");
+  EXPECT_EQ(engine::three_significant(1e300), "1e+300");
+}
+
 TEST(Trainer, EmptyTrainingSetIsRefusedNotDividedBy) {
   engine::CpuBackend b(1, model::init_parameters<float>(1));
   io::FashionMnist empty;
