@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -462,14 +463,16 @@ int main(int argc, char** argv) {
     }
     // What could fail after the benchmark's minutes fails now: the output folders, a named pipe with no
     // reader (whose write ends stay open until the tables are written), the peers' rows.
+    const auto output_error = [](const std::string& problem, const char* flag) {
+      return std::runtime_error(problem + " (" + flag + ")");
+    };
     std::vector<std::unique_ptr<engine::PipeWriteEnd>> pipes;
     for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--json", o.json_path},
                                      {"--markdown", o.markdown_path}}) {
       if (path.empty()) continue;
-      if (const std::string problem = engine::output_file_problem(path); !problem.empty())
-        throw std::runtime_error(problem + " (" + flag + ")");
+      if (const std::string problem = engine::output_file_problem(path); !problem.empty()) throw output_error(problem, flag);
       pipes.push_back(std::make_unique<engine::PipeWriteEnd>(path));
-      if (!pipes.back()->problem().empty()) throw std::runtime_error(pipes.back()->problem());
+      if (!pipes.back()->problem().empty()) throw output_error(pipes.back()->problem(), flag);
     }
     const std::filesystem::path timeline_folder = engine::folder_beside(o.json_path);  // empty: none written
     if (wants_gpu && !o.no_trace && !timeline_folder.empty() && ::access(timeline_folder.c_str(), W_OK) != 0)
@@ -634,21 +637,21 @@ int main(int argc, char** argv) {
     const bool one_place = ::fstat(STDOUT_FILENO, &out_st) == 0 && ::fstat(STDERR_FILENO, &err_st) == 0 &&
                            out_st.st_dev == err_st.st_dev && out_st.st_ino == err_st.st_ino;
     if (!stdout_taken && !one_place) std::cerr << peer_notes << std::flush;
-    for (const auto& [path, text] : {std::pair<const std::string&, std::string>{o.markdown_path, md.str()},
-                                     {o.json_path, out.dump(2) + "\n"}}) {
+    for (const auto& [flag, path, text] :
+         {std::tuple<const char*, const std::string&, std::string>{"--markdown", o.markdown_path, md.str()},
+          {"--json", o.json_path, out.dump(2) + "\n"}}) {
       if (path.empty()) continue;
       std::ofstream file;
       std::ostream* stream = engine::standard_stream_of(path);
       if (stream == nullptr) {
         // A pipe's reader may have gone during the benchmark: the open would then wait for another.
-        if (const engine::PipeWriteEnd pipe(path); !pipe.problem().empty()) throw std::runtime_error(pipe.problem());
+        if (const engine::PipeWriteEnd pipe(path); !pipe.problem().empty()) throw output_error(pipe.problem(), flag);
         errno = 0;
         file.open(path);
-        if (const int err = errno; !file)
-          throw std::runtime_error(path + ": cannot open for writing" + engine::reason(err));
+        if (const int err = errno; !file) throw output_error(path + ": cannot open for writing" + engine::reason(err), flag);
         stream = &file;
       }
-      if (const std::string failed = engine::write_all(*stream, text, path); !failed.empty()) throw std::runtime_error(failed);
+      if (const std::string failed = engine::write_all(*stream, text, path); !failed.empty()) throw output_error(failed, flag);
     }
     if (g_stop_signal == 0) return 0;
     say(stop_note());  // a signal while writing too: the status says it came

@@ -29,12 +29,15 @@ std::string slurp(const fs::path& p) {
 }
 
 // Shell commands for a `then` below, with the run's pid in $pid: send it SIG (INT, TERM, HUP) and wait
-// until it has taken it, so that a signal sent next is not merged into this one while it is pending. A
-// run that has already ended makes the shell exit with status 99: what the test was to show would
-// otherwise pass untested.
+// until it has taken it (no signal pending for the process in /proc, for at most 10 s; a fixed 0.3 s
+// where /proc shows no pending signals), so that a signal sent next is not merged into this one. A run
+// that has already ended makes the shell exit with status 99: what the test was to show would otherwise
+// pass untested.
 inline std::string send_signal(const std::string& sig) {
-  return "{ [ -e /proc/$pid ] && ! grep -q '^State:.*zombie' /proc/$pid/status 2>/dev/null || exit 99; }; kill -" + sig +
-         " $pid; while grep -Eq '^ShdPnd:[[:space:]]*0*[1-9a-f]' /proc/$pid/status 2>/dev/null; do sleep 0.01; done; ";
+  const std::string status = "/proc/$pid/status";
+  return "{ [ -e /proc/$pid ] && ! grep -q '^State:.*zombie' " + status + " 2>/dev/null || exit 99; }; kill -" + sig +
+         " $pid; if grep -q '^ShdPnd:' " + status + " 2>/dev/null; then n=0; while [ $n -lt 1000 ] && grep -Eq "
+         "'^ShdPnd:[[:space:]]*0*[1-9a-f]' " + status + " 2>/dev/null; do sleep 0.01; n=$((n + 1)); done; else sleep 0.3; fi; ";
 }
 
 class Cli : public ::testing::Test {

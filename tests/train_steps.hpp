@@ -33,6 +33,10 @@ inline double distance(const std::vector<float>& a, const std::vector<float>& b)
   return std::sqrt(s);
 }
 
+inline std::vector<float> slice(const std::vector<float>& v, size_t offset, size_t count) {
+  return std::vector<float>(v.begin() + long(offset), v.begin() + long(offset + count));
+}
+
 // The largest over the eight tensors of |got - ref| / |ref - start| on that tensor alone, and the
 // tensor's name: an error in a tensor that moves little would vanish in the whole vector's distance.
 struct TensorError {
@@ -45,11 +49,10 @@ inline TensorError worst_tensor_error(const std::vector<float>& got, const std::
     return {std::numeric_limits<double>::infinity(), "(a vector of the wrong size)"};
   TensorError worst;
   for (const model::TensorSpec& t : model::tensor_specs()) {
-    const auto part = [&t](const std::vector<float>& v) {
-      return std::vector<float>(v.begin() + long(t.offset), v.begin() + long(t.offset + t.size));
-    };
+    const auto part = [&t](const std::vector<float>& v) { return slice(v, t.offset, t.size); };
     const double relative = distance(part(got), part(ref)) / distance(part(ref), part(start));
-    if (!(relative <= worst.relative)) worst = {relative, t.name};  // NaN (a tensor that did not move) too
+    if (std::isnan(relative)) return {relative, t.name};  // a tensor that did not move: nothing to compare
+    if (relative > worst.relative) worst = {relative, t.name};
   }
   return worst;
 }

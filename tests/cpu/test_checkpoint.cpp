@@ -367,7 +367,10 @@ TEST_F(CheckpointFiles, OverwritingAnExistingCheckpointReplacesIt) {
 // The file a save replaces keeps its permission bits (a private checkpoint stays private); a new one
 // gets what the umask leaves of 0666.
 TEST_F(CheckpointFiles, ReplacedCheckpointKeepsItsPermissions) {
-  const mode_t umask_was = ::umask(022);
+  struct Umask {
+    mode_t was = ::umask(022);
+    ~Umask() { ::umask(was); }
+  } umask_022;
   lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
   struct stat st {};
   ASSERT_EQ(::stat(path_.c_str(), &st), 0);
@@ -378,7 +381,6 @@ TEST_F(CheckpointFiles, ReplacedCheckpointKeepsItsPermissions) {
     ASSERT_EQ(::stat(path_.c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 07777, mode);
   }
-  ::umask(umask_was);
 }
 
 // A name as long as the folder takes leaves no room for the temporary file's suffix: the temporary

@@ -27,10 +27,13 @@
 namespace lenet::testing {
 
 // The bound on a GPU run's parameters against the CPU backend's (or another mode's), tensor by tensor,
-// relative to how far that tensor moved (worst_tensor_error in train_steps.hpp): the CPU backend with
-// other replica counts stays under 6e-6 (test_equivalence), cuDNN's algorithms add summation orders of
-// their own; an error of 1% in one tensor's gradient is caught.
-constexpr double kTensorBound = 1e-3;
+// relative to how far that tensor moved (worst_tensor_error in train_steps.hpp), after up to 11 steps.
+// Measured on the CPU: other replica counts (other gradient sums, the same forward values) stay under
+// 6e-6; inputs moved by one ulp, a stand-in for other summation orders in the forward pass, gave 5e-6,
+// and 1e-4 on conv1.bias where a ReLU input landed on the other side of zero; float32 against float64
+// up to 4e-4. The GPU sums every layer in other orders and can flip more such gates: 1e-2, which still
+// catches an error of a few percent in one tensor's gradient that the whole vector's bound misses.
+constexpr double kTensorBound = 1e-2;
 
 // ||got - ref|| / ||ref|| in double; 0 when both are zero.
 inline double rel_error(const std::vector<float>& got, const std::vector<float>& ref) {
@@ -42,10 +45,6 @@ inline double rel_error(const std::vector<float>& got, const std::vector<float>&
     den += double(ref[i]) * double(ref[i]);
   }
   return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
-
-inline std::vector<float> slice(const std::vector<float>& v, size_t offset, size_t count) {
-  return std::vector<float>(v.begin() + long(offset), v.begin() + long(offset + count));
 }
 
 }  // namespace lenet::testing

@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "gpu_test.hpp"
+#include "train_steps.hpp"
 #include "model/cpu_lenet.hpp"
 #include "model/cuda_lenet.hpp"
 
