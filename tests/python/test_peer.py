@@ -400,9 +400,9 @@ class PeerErrors(WithDataset):
 
 def gpu_skip_reason():
     """Why the GPU tests skip here, or None where they run: torch missing or built without CUDA, or no CUDA
-    device answering (torch counts none where no driver or device answers). LENET_GPU_REQUIRED=1, which
-    profiling/gpu-check.sh sets, makes each of those a failure. Where a device is counted, a CUDA error in
-    a test fails it."""
+    device counted (torch counts none where no driver or device answers, and also where CUDA fails to
+    start). LENET_GPU_REQUIRED=1, which profiling/gpu-check.sh sets, makes each of those a failure. Where a
+    device is counted, a CUDA error in a test fails it."""
     if not HAVE_TORCH:
         return "torch is not importable"
     import torch
