@@ -33,6 +33,9 @@ std::string slurp(const fs::path& p) {
 // where /proc shows no pending signals), so that a signal sent next is not merged into this one. A run
 // that has already ended makes the shell exit with status 99: what the test was to show would otherwise
 // pass untested.
+// Put before a command: it then sees no CUDA device, as on a machine without one (the runtime answers 100).
+inline constexpr const char* kHideGpus = "CUDA_VISIBLE_DEVICES= ";
+
 inline std::string send_signal(const std::string& sig) {
   const std::string status = "/proc/$pid/status";
   return "{ [ -e /proc/$pid ] && ! grep -q '^State:.*zombie' " + status + " 2>/dev/null || exit 99; }; kill -" + sig +
@@ -55,7 +58,7 @@ class Cli : public ::testing::Test {
   // `as_script_job_` is set, env gives it the default back, as for a run started from a terminal.
   Result run(const std::string& args, const std::string& prefix = "", const std::string& then = "") {
     const std::string start = then.empty() || as_script_job_ ? "" : "env --default-signal=INT ";
-    const std::string cmd = prefix + start + (hide_gpus_ ? "CUDA_VISIBLE_DEVICES= " : "") + "LENET_DATA_DIR='" + data_dir_ +
+    const std::string cmd = prefix + start + (hide_gpus_ ? kHideGpus : "") + "LENET_DATA_DIR='" + data_dir_ +
                             "' " + launcher_ + "'" LENET_TRAIN_EXE "' " + args +
                             " >'" + (dir_ / "out").string() + "' 2>'" + (dir_ / "err").string() + "' </dev/null" + then;
     const int raw = std::system(cmd.c_str());
@@ -77,7 +80,7 @@ class Cli : public ::testing::Test {
 
   fs::path dir_;
   bool as_script_job_ = false;
-  bool hide_gpus_ = false;  // the run sees no CUDA device (CUDA_VISIBLE_DEVICES empty), as on a machine without one
+  bool hide_gpus_ = false;  // the run sees no CUDA device (kHideGpus)
   std::string data_dir_ = LENET_TEST_DATA_DIR;  // LENET_DATA_DIR for the run
   std::string launcher_;                        // a program that starts lenet-train, with a space after it
 };

@@ -459,7 +459,7 @@ TEST_F(BenchTool, BuildWithoutCudaBenchmarksTheCpuByDefault) {
 }
 
 TEST_F(BenchTool, GpuModesWithoutDeviceIsAUsageError) {
-  const std::string cmd = "CUDA_VISIBLE_DEVICES= '" LENET_BENCH_EXE "' --modes graph >/dev/null 2>&1";
+  const std::string cmd = std::string(lenet::testing::kHideGpus) + "'" LENET_BENCH_EXE "' --modes graph >/dev/null 2>&1";
   const int raw = std::system(cmd.c_str());
   EXPECT_EQ(WEXITSTATUS(raw), 2);
 }

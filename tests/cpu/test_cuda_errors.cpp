@@ -79,7 +79,7 @@ class GpuTests : public lenet::testing::Cli {};  // for its scratch folder
 TEST_F(GpuTests, SkipWithoutDeviceAndFailWhenOneIsRequired) {
   const std::string out = (dir_ / "out").string();
   auto run = [&](const std::string& env) {  // with no device visible, as on a machine without one
-    const int raw = std::system((env + " CUDA_VISIBLE_DEVICES= '" LENET_GPU_PROBE_TEST_EXE "' >'" + out + "' 2>&1").c_str());
+    const int raw = std::system((env + " " + lenet::testing::kHideGpus + "'" LENET_GPU_PROBE_TEST_EXE "' >'" + out + "' 2>&1").c_str());
     return std::pair<int, std::string>(WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, lenet::testing::slurp(out));
   };
   const auto [skipped_status, skipped] = run("env -u LENET_GPU_REQUIRED");
