@@ -119,15 +119,11 @@ CudaGraphBackend::CudaGraphBackend(const CudaPlacement& placement, const std::ve
     LENET_CUDA_CHECK(cudaDeviceSynchronize());
     replicas_.push_back(std::move(rep));
   }
-  // Ring neighbours on different GPUs copy inside the captured graph; copies staged through the host
-  // are documented for eager copies only, so the graph mode asks for peer access.
-  for (int r = 0; r < n_rep; ++r) {
-    const int a = replicas_[size_t(r)]->device, b = replicas_[size_t((r + 1) % n_rep)]->device;
-    if (!enable_peer_access(a, b) || !enable_peer_access(b, a)) {
-      throw cuda::CudaError("graph mode needs peer access between cuda:" + std::to_string(a) + " and cuda:" +
-                            std::to_string(b) + ", which could not be enabled; use --mode naive");
-    }
-  }
+  // Ring neighbours on different GPUs copy inside the captured graph.
+  std::vector<int> devices;
+  for (const auto& rep : replicas_) devices.push_back(rep->device);
+  if (const std::string pair = enable_ring_peer_access(devices); !pair.empty())
+    throw cuda::CudaError("graph mode needs peer access between " + pair + ", which could not be enabled; use --mode naive");
   const int root = replicas_[0]->device;
   fork_ = Event(root);
   for (int s = 0; s < kSlots; ++s) step_done_[static_cast<size_t>(s)] = Event(root);

@@ -24,6 +24,13 @@ bool enable_peer_access(int from, int to) {
   return true;
 }
 
+std::string enable_ring_peer_access(const std::vector<int>& devices) {
+  for (const auto& [a, b] : ring_links_between_devices(devices))
+    if (!enable_peer_access(a, b) || !enable_peer_access(b, a))
+      return "cuda:" + std::to_string(a) + " and cuda:" + std::to_string(b);
+  return "";
+}
+
 namespace {
 
 // cudaMemcpyPeer is serialised with all work on both devices; whether it accepts srcDevice == dstDevice

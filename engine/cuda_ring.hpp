@@ -23,6 +23,12 @@ namespace lenet::engine {
 // peer access still work, staged through the host by the driver.
 bool enable_peer_access(int from, int to);
 
+// Peer access both ways for every pair of GPUs that ring neighbours placed on `devices` sit on
+// (ring_links_between_devices). A captured ring needs it: copies between GPUs staged through the host
+// are documented for eager copies only. Returns "" where every pair has it, else the first pair
+// without it, as "cuda:A and cuda:B".
+std::string enable_ring_peer_access(const std::vector<int>& devices);
+
 // One line for the log: where a replica runs and which cuDNN algorithms it chose.
 std::string describe_replica(size_t index, const cuda::CudaLenet& net);
 

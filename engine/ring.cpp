@@ -6,6 +6,16 @@
 
 namespace lenet::engine {
 
+std::vector<std::pair<int, int>> ring_links_between_devices(const std::vector<int>& devices) {
+  std::vector<std::pair<int, int>> links;
+  for (size_t r = 0; r < devices.size(); ++r) {
+    const int a = devices[r], b = devices[(r + 1) % devices.size()];
+    const std::pair<int, int> link{std::min(a, b), std::max(a, b)};
+    if (a != b && std::find(links.begin(), links.end(), link) == links.end()) links.push_back(link);
+  }
+  return links;
+}
+
 std::vector<RowRange> split_rows(int batch_rows, int replicas) {
   if (replicas < 1) throw std::invalid_argument("split_rows: replicas " + std::to_string(replicas));
   if (batch_rows < 0) throw std::invalid_argument("split_rows: rows " + std::to_string(batch_rows));

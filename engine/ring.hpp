@@ -4,6 +4,7 @@
 // (enqueue_ring) as peer copies and add kernels ordered by events (cuda_ring.hpp).
 #pragma once
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 namespace lenet::engine {
@@ -86,6 +87,11 @@ void enqueue_ring(const RingSchedule& schedule, Queue& queue) {
     for (int r = 0; r < schedule.replicas(); ++r) queue.record(r);
   }
 }
+
+// The pairs of different GPUs that ring neighbours sit on (replica r sends to replica (r + 1) mod R,
+// which runs on devices[(r + 1) mod R]), each pair once with the smaller device first, in ring order:
+// where the ring's copies cross between GPUs and need peer access both ways.
+std::vector<std::pair<int, int>> ring_links_between_devices(const std::vector<int>& devices);
 
 // Executes the schedule on host buffers (one per replica, each schedule.length() floats): afterwards
 // every buffer holds the elementwise sum of all of them.

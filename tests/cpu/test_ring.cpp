@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/ring.hpp"
@@ -276,6 +277,25 @@ TEST(RingAllreduce, RejectsFewerThanOneReplica) {
     EXPECT_THROW(RingSchedule(replicas, 4), std::invalid_argument) << replicas;
   }
   EXPECT_THROW(split_rows(-1, 2), std::invalid_argument);
+}
+
+// The GPU pairs whose peer access a ring needs: every neighbour pair on two devices, the link from the
+// last replica back to the first included, each pair once whichever way round the ring crosses it.
+TEST(RingLinks, EveryNeighbourPairOnTwoDevicesOnce) {
+  using Links = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(ring_links_between_devices({}), Links{});
+  EXPECT_EQ(ring_links_between_devices({0}), Links{});
+  EXPECT_EQ(ring_links_between_devices({0, 0, 0}), Links{});
+  EXPECT_EQ(ring_links_between_devices({0, 1}), (Links{{0, 1}}));
+  EXPECT_EQ(ring_links_between_devices({0, 1, 0}), (Links{{0, 1}}));
+  EXPECT_EQ(ring_links_between_devices({0, 1, 2}), (Links{{0, 1}, {1, 2}, {0, 2}}));
+  // Round-robin placement of 8 members on 8 GPUs, as lenet-bench's allreduce sweep places them.
+  EXPECT_EQ(ring_links_between_devices({0, 1, 2, 3, 4, 5, 6, 7}),
+            (Links{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {0, 7}}));
+  // Three members on two GPUs, a mix of same-device and cross-device links; and 4 on 3 GPUs.
+  EXPECT_EQ(ring_links_between_devices({0, 0, 1}), (Links{{0, 1}}));
+  EXPECT_EQ(ring_links_between_devices({0, 1, 2, 0}), (Links{{0, 1}, {1, 2}, {0, 2}}));
+  EXPECT_EQ(ring_links_between_devices({2, 0, 2, 0}), (Links{{0, 2}}));
 }
 
 }  // namespace
