@@ -14,6 +14,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -344,7 +345,10 @@ struct Link {
 };
 constexpr Link kLinks[] = {{"NVLink (H100/H200)", 2e-6, 370e9}, {"PCIe 5.0 x16", 5e-6, 50e9}};
 
-nlohmann::json project(const io::FashionMnist& data, const Options& o, double measured_step_latency, std::ostream& md) {
+// measured_step_latency: none where the allreduce sweep measured no ring of two members (--no-allreduce,
+// --allreduce-replicas without 2, two GPUs without peer access); it is then taken as 0 and the text says so.
+nlohmann::json project(const io::FashionMnist& data, const Options& o, std::optional<double> measured_step_latency,
+                       std::ostream& md) {
   const double bytes = double(model::kNumParameters * sizeof(float));
   const double n = double(data.train.size());
   std::map<int, double> step;  // rows per GPU -> measured seconds per step
@@ -355,13 +359,17 @@ nlohmann::json project(const io::FashionMnist& data, const Options& o, double me
   nlohmann::json rows = nlohmann::json::array();
   md << "\nProjection to several GPUs (a model, not a measurement): per-GPU step compute measured here in graph "
         "mode on one GPU, plus a ring allreduce of " << size_t(bytes) << " bytes by the alpha-beta model "
-        "2(R-1)*alpha + 2(R-1)/R*bytes/beta, alpha = link latency + the ring's per-step latency measured here ("
-     << measured_step_latency * 1e6 << " us); no overlap of compute and allreduce, as in the graph mode.\n\n"
+        "2(R-1)*alpha + 2(R-1)/R*bytes/beta, alpha = link latency + the ring's per-step latency (";
+  if (measured_step_latency)
+    md << "measured here: " << *measured_step_latency * 1e6 << " us";
+  else
+    md << "not measured: no ring of two members in the allreduce sweep; taken as 0";
+  md << "); no overlap of compute and allreduce, as in the graph mode.\n\n"
      << "| link | R | s/epoch, batch " << o.batch_size << " per step | s/epoch, batch " << o.batch_size
      << " per GPU |\n|---|---|---|---|\n";
   for (const Link& link : kLinks) {
     for (int r : {1, 2, 4, 8}) {
-      const double alpha = link.alpha + measured_step_latency;
+      const double alpha = link.alpha + measured_step_latency.value_or(0);
       const double per_step = profiling::projected_epoch_seconds(std::ceil(n / o.batch_size), step[std::max(1, o.batch_size / r)],
                                                                  r, bytes, alpha, link.beta);
       const double per_gpu = profiling::projected_epoch_seconds(std::ceil(n / (double(o.batch_size) * r)),
@@ -606,7 +614,7 @@ int main(int argc, char** argv) {
 #endif
     md << ".\n";
 #if LENET_HAVE_CUDA
-    double step_latency = 0;
+    std::optional<double> step_latency;
     // A stop skips the sections not begun; the allreduce sweep, under way, completes (seconds), and the
     // projection's measurements stop.
     auto skip_when_stopped = [&](const char* section) {
