@@ -246,21 +246,22 @@ nlohmann::json bench_allreduce(const Options& o, int num_gpus, std::ostream& out
       << "; members share them round-robin; busbw = algbw * 2(R-1)/R as in nccl-tests)\n\n"
       << "| R | bytes | ring us | ring algbw GB/s | ring busbw GB/s | textbook us | textbook busbw GB/s |\n"
       << "|---|---|---|---|---|---|---|\n";
-  std::string unmeasured;  // the ring counts whose ring had no peer access
+  std::string unmeasured;  // the replica counts whose ring had no peer access
   for (int r : o.allreduce_replicas) {
     std::vector<int> devices;
     for (int i = 0; i < r; ++i) devices.push_back(i % num_gpus);
-    // Not left to what the rows before enabled: the sweep's placement has links they never used.
+    // The rows before may not have enabled peer access for this placement's pairs (cuda:7 and cuda:0 for
+    // R = 8 on 8 GPUs), so it is enabled here.
     const std::string no_peer = engine::enable_ring_peer_access(devices);
-    if (!no_peer.empty()) unmeasured += "R = " + std::to_string(r) + ": no peer access between " + no_peer + "; ";
+    if (!no_peer.empty())
+      unmeasured += (unmeasured.empty() ? "" : "; ") + ("R = " + std::to_string(r) + ": no peer access between " + no_peer);
     for (size_t bytes : sizes) {
       const size_t count = bytes / sizeof(float);
       std::vector<cuda::DeviceBuffer<float>> buffers, receives;
       std::vector<cuda::Stream> streams;
       std::vector<cuda::Event> events, joins;
       std::vector<engine::RingMember> members;
-      for (int i = 0; i < r; ++i) {
-        const int dev = i % num_gpus;
+      for (const int dev : devices) {
         buffers.emplace_back(dev, count);
         receives.emplace_back(dev, count);
         streams.emplace_back(dev);
@@ -271,11 +272,11 @@ nlohmann::json bench_allreduce(const Options& o, int num_gpus, std::ostream& out
       }
       synchronize_gpus();  // the memsets ran on the legacy streams, the ring runs on ours
       for (int i = 0; i < r; ++i)
-        members.push_back({i % num_gpus, buffers[size_t(i)].get(), receives[size_t(i)].get(), streams[size_t(i)].get(),
+        members.push_back({devices[size_t(i)], buffers[size_t(i)].get(), receives[size_t(i)].get(), streams[size_t(i)].get(),
                            events[size_t(i)].get()});
       const int reps = bytes >= (size_t{16} << 20) ? 5 : 50;
       nlohmann::json ring_s, ring_alg, ring_bus;  // null where the ring is not measured
-      char ring_cells[96] = "| – | – | – ";
+      char ring_cells[96] = "| - | - | - ";  // as the main table's empty cells
       if (no_peer.empty()) {
         const engine::RingSchedule schedule(r, count);
         cuda::Event fork(0);
@@ -297,11 +298,12 @@ nlohmann::json bench_allreduce(const Options& o, int num_gpus, std::ostream& out
         const Clock::time_point t0 = Clock::now();
         for (int k = 0; k < reps; ++k) ring.launch(streams[0].get());
         LENET_CUDA_CHECK(cudaStreamSynchronize(streams[0].get()));
-        ring_s = seconds(Clock::now() - t0) / reps;
-        ring_alg = profiling::algbw(double(bytes), ring_s.get<double>());
-        ring_bus = profiling::allreduce_busbw(ring_alg.get<double>(), r);
-        std::snprintf(ring_cells, sizeof ring_cells, "| %.1f | %.2f | %.2f ", ring_s.get<double>() * 1e6,
-                      ring_alg.get<double>() * 1e-9, ring_bus.get<double>() * 1e-9);
+        const double secs = seconds(Clock::now() - t0) / reps, alg = profiling::algbw(double(bytes), secs),
+                     bus = profiling::allreduce_busbw(alg, r);
+        std::snprintf(ring_cells, sizeof ring_cells, "| %.1f | %.2f | %.2f ", secs * 1e6, alg * 1e-9, bus * 1e-9);
+        ring_s = secs;
+        ring_alg = alg;
+        ring_bus = bus;
       }
       engine::textbook_allreduce(members, 0, count);  // warm-up
       synchronize_gpus();
@@ -320,7 +322,7 @@ nlohmann::json bench_allreduce(const Options& o, int num_gpus, std::ostream& out
     }
   }
   if (!unmeasured.empty())  // the textbook's copies go through the host where peers cannot reach
-    out << "\nRing not measured (graph mode refuses such a ring): " << unmeasured.substr(0, unmeasured.size() - 2) << ".\n";
+    out << "\nRing not measured (graph mode refuses such a ring): " << unmeasured << ".\n";
   return rows;
 }
 
@@ -345,8 +347,9 @@ struct Link {
 };
 constexpr Link kLinks[] = {{"NVLink (H100/H200)", 2e-6, 370e9}, {"PCIe 5.0 x16", 5e-6, 50e9}};
 
-// measured_step_latency: none where the allreduce sweep measured no ring of two members (--no-allreduce,
-// --allreduce-replicas without 2, two GPUs without peer access); it is then taken as 0 and the text says so.
+// measured_step_latency: none where no ring of two members was measured (the sweep skipped by
+// --no-allreduce or a stop, --allreduce-replicas without 2, two GPUs without peer access); it is then
+// taken as 0 and the text says so.
 nlohmann::json project(const io::FashionMnist& data, const Options& o, std::optional<double> measured_step_latency,
                        std::ostream& md) {
   const double bytes = double(model::kNumParameters * sizeof(float));
@@ -363,7 +366,7 @@ nlohmann::json project(const io::FashionMnist& data, const Options& o, std::opti
   if (measured_step_latency)
     md << "measured here: " << *measured_step_latency * 1e6 << " us";
   else
-    md << "not measured: no ring of two members in the allreduce sweep; taken as 0";
+    md << "not measured: no ring of two members was measured; taken as 0";
   md << "); no overlap of compute and allreduce, as in the graph mode.\n\n"
      << "| link | R | s/epoch, batch " << o.batch_size << " per step | s/epoch, batch " << o.batch_size
      << " per GPU |\n|---|---|---|---|\n";
