@@ -28,14 +28,14 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
+// Put before a command: it then sees no CUDA device, as on a machine without one (the runtime answers 100).
+inline constexpr const char* kHideGpus = "CUDA_VISIBLE_DEVICES= ";
+
 // Shell commands for a `then` below, with the run's pid in $pid: send it SIG (INT, TERM, HUP) and wait
 // until it has taken it (no signal pending for the process in /proc, for at most 10 s; a fixed 0.3 s
 // where /proc shows no pending signals), so that a signal sent next is not merged into this one. A run
 // that has already ended makes the shell exit with status 99: what the test was to show would otherwise
 // pass untested.
-// Put before a command: it then sees no CUDA device, as on a machine without one (the runtime answers 100).
-inline constexpr const char* kHideGpus = "CUDA_VISIBLE_DEVICES= ";
-
 inline std::string send_signal(const std::string& sig) {
   const std::string status = "/proc/$pid/status";
   return "{ [ -e /proc/$pid ] && ! grep -q '^State:.*zombie' " + status + " 2>/dev/null || exit 99; }; kill -" + sig +
