@@ -260,7 +260,11 @@ TEST_F(BenchTool, StopKeepsTheRowsMeasuredBeforeIt) {
       GTEST_SKIP() << "signal " << signal << " is ignored in this process, and so in the bench it starts";
   }
   const std::string json = (dir_ / "r.json").string(), err = (dir_ / "err").string(), out = (dir_ / "out").string();
+  // The shell waits for the second row's name in a fresh err: the one a run before left would end the
+  // wait at once, while the new run has not yet truncated it, and the signal would come before the bench
+  // has its handlers (it then dies of it, with nothing written).
   auto run_stopped = [&](const std::string& kill) {
+    std::filesystem::remove(err);
     const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1,2,3,4 "
                             "--train-limit 2048 --batch-size 1024 --test-limit 64 --epochs 2 --json '" + json + "' >'" + out +
                             "' 2>'" + err + "' & pid=$!; while kill -0 $pid 2>/dev/null && ! grep -q 'cpu R=2' '" + err +
