@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
@@ -197,15 +198,16 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
 namespace {
 
 // The first SIGINT/SIGTERM/SIGHUP (a closed terminal or ssh session) asks the training loop to stop after
-// its current step; a second one (engine::is_second_stop) ends the process at once. Only
+// its current step; a second one (engine::take_stop) ends the process at once. Only
 // async-signal-safe work happens in the handler.
-volatile std::sig_atomic_t g_stop_signal = 0;
-volatile std::sig_atomic_t g_stop_reported = 0;
+std::atomic<int> g_stop_signal{0};  // written by the handler of any thread (take_stop)
+std::atomic<bool> g_stop_reported{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
 volatile std::sig_atomic_t g_stderr_terminal = 0;  // the progress display may hold a live line there
 
 extern "C" void on_stop_signal(int signal) {
-  if (g_stop_reported != 0) return;
-  if (is_second_stop(g_stop_signal, signal)) {
+  if (g_stop_reported) return;
+  if (take_stop(g_stop_signal, signal)) {
     // The second signal: at once, leaving no half-written temporary checkpoint.
     remove_checkpoint_in_progress();
     char line[] = "\r\x1b[2Klenet-train: stopped at once by a second signal NN\n";
@@ -218,13 +220,12 @@ extern "C" void on_stop_signal(int signal) {
         ::write(STDERR_FILENO, line + clear, static_cast<size_t>(digits - line) - clear);
     _exit(128 + signal);
   }
-  g_stop_signal = signal;
 }
 
 // Once a stop's line is being written, a second signal would add a line of its own: from then to the
 // exit, which has the status the first signal set, the handler does nothing (a flag, not a signal mask,
 // which would hold only for the thread that set it).
-void block_stop_signals() { g_stop_reported = 1; }
+void block_stop_signals() { g_stop_reported = true; }
 
 
 // Parameters to start from must be finite: NaN or infinity would only resurface as a "diverged" run.

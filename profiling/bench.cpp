@@ -5,6 +5,7 @@
 // to the first row; then the arithmetic floor, the allreduce alone (ring versus the textbook's gather to
 // replica 0) and a projection to several GPUs. Writes the tables as JSON and Markdown.
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -57,17 +58,16 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 // The first SIGINT, SIGTERM or SIGHUP stops the benchmark before its next timed step: the rows measured
 // before it are shown and written, the row being measured is left out, and the status is 128 + the
-// signal. A second one (engine::is_second_stop, as in lenet-train) ends the process at once.
+// signal. A second one (engine::take_stop, as in lenet-train) ends the process at once.
 // engine/stop_signals.hpp installs it.
-volatile std::sig_atomic_t g_stop_signal = 0;
+std::atomic<int> g_stop_signal{0};  // written by the handler of any thread (engine::take_stop)
 
 extern "C" void on_stop_signal(int signal) {
-  if (engine::is_second_stop(g_stop_signal, signal)) {
+  if (engine::take_stop(g_stop_signal, signal)) {
     static const char line[] = "lenet-bench: stopped at once by a second signal\n";
     [[maybe_unused]] const ssize_t ignored = ::write(STDERR_FILENO, line, sizeof line - 1);
     _exit(128 + signal);
   }
-  g_stop_signal = signal;
 }
 
 // Thrown out of a timed epoch by a stop; not a std::exception, so that nothing on the way takes it for

@@ -268,7 +268,7 @@ TEST_F(BenchTool, StopKeepsTheRowsMeasuredBeforeIt) {
     const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1,2,3,4 "
                             "--train-limit 2048 --batch-size 1024 --test-limit 64 --epochs 2 --json '" + json + "' >'" + out +
                             "' 2>'" + err + "' & pid=$!; while kill -0 $pid 2>/dev/null && ! grep -q 'cpu R=2' '" + err +
-                            "'; do sleep 0.05; done; " + kill + "; wait $pid; exit $?";
+                            "' 2>/dev/null; do sleep 0.05; done; " + kill + "; wait $pid; exit $?";
     const int raw = std::system(cmd.c_str());
     return WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
   };

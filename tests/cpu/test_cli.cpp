@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -23,6 +24,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +34,7 @@
 #include "cli_runner.hpp"
 #include "engine/checkpoint.hpp"
 #include "engine/output_file.hpp"
+#include "engine/stop_signals.hpp"
 #include "io/dataset.hpp"
 #include "io/idx.hpp"
 #include "model/gemm.hpp"
@@ -812,6 +816,51 @@ TEST_F(Cli, DivergingRunExits1NamingTheEpoch) {
                             ", whose largest parameter magnitude is 3e+38"),
             std::string::npos)
       << loaded.err;
+}
+
+// The handlers' rule: the first stop is recorded; after it, an interrupt or another kind of signal ends
+// the run at once, a hangup or a termination request that comes again does not.
+TEST(StopSignals, SecondStopRule) {
+  for (const auto& [first, then, at_once] : {std::tuple{SIGINT, SIGINT, true}, {SIGINT, SIGTERM, true}, {SIGTERM, SIGHUP, true},
+                                             {SIGTERM, SIGTERM, false}, {SIGHUP, SIGHUP, false}}) {
+    std::atomic<int> stop{0};
+    EXPECT_FALSE(lenet::engine::take_stop(stop, first));
+    EXPECT_EQ(stop, first);
+    EXPECT_EQ(lenet::engine::take_stop(stop, then), at_once) << first << " then " << then;
+    EXPECT_EQ(stop, first);  // the status stays the first signal's
+  }
+}
+
+// Two signals taken at the same moment by two threads (an OpenMP worker takes one the main thread's
+// handler blocks): one of them is the first stop, the other the second, every time. The threads meet
+// before and after each pair of calls, spinning (then yielding, on one core) so that the calls overlap:
+// a load and a store in place of the compare-exchange lose this about every other round here.
+TEST(StopSignals, TwoThreadsAtOnceMakeOneFirstStop) {
+  constexpr int kRounds = 20000;
+  std::atomic<int> stop{0}, arrived{0};
+  bool at_once[2] = {false, false};
+  auto meet = [&](int meeting) {  // both threads have arrived at meeting 1, 2, ... (two arrivals each)
+    arrived.fetch_add(1);
+    for (int spins = 0; arrived.load() < 2 * meeting; ++spins)
+      if (spins > 1000) std::this_thread::yield();
+  };
+  std::thread other([&] {
+    for (int round = 0; round < kRounds; ++round) {
+      meet(2 * round + 1);
+      at_once[1] = lenet::engine::take_stop(stop, SIGHUP);
+      meet(2 * round + 2);
+    }
+  });
+  int wrong = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    stop = 0;
+    meet(2 * round + 1);
+    at_once[0] = lenet::engine::take_stop(stop, SIGTERM);
+    meet(2 * round + 2);
+    wrong += at_once[0] == at_once[1] ? 1 : 0;
+  }
+  other.join();
+  EXPECT_EQ(wrong, 0) << "rounds in which both signals or neither ended the run, of " << kRounds;
 }
 
 // A signal during training (SIGHUP too: a closed terminal) finishes the step, writes a loadable
