@@ -1,25 +1,20 @@
 #include "engine/checkpoint.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <set>
 #include <system_error>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/numbers.hpp"
-#include "engine/output_file.hpp"
 #include "engine/read_file.hpp"
 #include "io/sampler.hpp"
 #include "model/lenet.hpp"
@@ -352,110 +347,19 @@ std::vector<uint8_t> encode(const std::vector<float>& parameters, const Training
   return bytes;
 }
 
-std::string os_error(int err) { return std::strerror(err); }
-
-// The path of the temporary file of a save in progress, for remove_checkpoint_in_progress(): a fixed
-// buffer (a signal handler must not read memory that may be freed under it) and a lock-free flag.
-char g_in_progress_path[4096];
-std::atomic<bool> g_in_progress{false};
-static_assert(std::atomic<bool>::is_always_lock_free);
-
-// The temporary file while it exists: closed and removed unless committed.
-class TemporaryFile {
- public:
-  TemporaryFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {
-    if (path_.size() < sizeof g_in_progress_path) {  // a longer path is simply not cleaned up by a signal
-      std::memcpy(g_in_progress_path, path_.c_str(), path_.size() + 1);
-      g_in_progress.store(true);
-    }
-  }
-  ~TemporaryFile() {
-    g_in_progress.store(false);
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
-  }
-  TemporaryFile(const TemporaryFile&) = delete;
-  TemporaryFile& operator=(const TemporaryFile&) = delete;
-
-  int fd() const { return fd_; }
-  const std::string& path() const { return path_; }
-  int close() {
-    const int rc = ::close(fd_);
-    fd_ = -1;  // closed even when close reports an error (POSIX leaves it unspecified; Linux closes)
-    return rc;
-  }
-  void commit() {
-    g_in_progress.store(false);
-    committed_ = true;
-  }
-
- private:
-  std::string path_;
-  int fd_;
-  bool committed_ = false;
-};
-
 }  // namespace
 
-void remove_checkpoint_in_progress() noexcept {
-  if (g_in_progress.load()) ::unlink(g_in_progress_path);
-}
-
 void save_checkpoint(const std::string& path, const std::vector<float>& parameters, const TrainingState& state,
-                     const CheckpointIo& io) {
+                     const FileIo& io) {
   const auto fail = [&](const std::string& problem) {
     throw CheckpointError(path + ": cannot save checkpoint: " + problem);
   };
   if (parameters.size() != kNumParameters) {
     fail(std::to_string(parameters.size()) + " parameters, expected " + std::to_string(kNumParameters));
   }
-  const std::string problem = state_problem(state);
-  if (!problem.empty()) fail("training state " + problem);
+  if (const std::string problem = state_problem(state); !problem.empty()) fail("training state " + problem);
   const std::vector<uint8_t> bytes = encode(parameters, state);
-  // The rename replaces `target`: through a symbolic link, the file it names, not the link; and never
-  // anything but a regular file.
-  const std::string target = follow_links(path);
-  if (other_than_regular_file(target)) fail("not a regular file");
-
-  // Same folder, so the rename is atomic (same file system). The counter keeps two saves of one process
-  // apart; the pid, two processes.
-  static std::atomic<unsigned> counter{0};
-  const std::string tmp_path = temporary_name(target, ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++));
-  const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) fail("cannot create temporary file " + tmp_path + " (" + os_error(errno) + ")");
-  TemporaryFile tmp(tmp_path, fd);
-  const auto fail_unchanged = [&](const std::string& what, int err) {
-    fail(what + " (" + os_error(err) + "); the previous checkpoint, if any, is unchanged");
-  };
-  // The file replaced keeps its permission bits (a private checkpoint stays private); a new one gets the
-  // umask's. Where the file system takes no chmod (vfat, some network mounts), the save goes on.
-  struct stat replaced {};
-  if (::stat(target.c_str(), &replaced) == 0) (void)::fchmod(tmp.fd(), replaced.st_mode & 0777);
-
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = io.write(tmp.fd(), bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    // A write that makes no progress would loop forever; the kernel reports a full disk as ENOSPC.
-    if (n <= 0) fail_unchanged("write to " + tmp_path + " failed after " + std::to_string(done) + " bytes", n < 0 ? errno : ENOSPC);
-    done += static_cast<size_t>(n);
-  }
-  // Data on disk before the rename makes it visible, else a crash could leave an empty file under `path`.
-  if (io.fsync(tmp.fd()) != 0) fail_unchanged("fsync of " + tmp_path + " failed", errno);
-  if (tmp.close() != 0) fail_unchanged("close of " + tmp_path + " failed", errno);
-  if (::rename(tmp_path.c_str(), target.c_str()) != 0) fail_unchanged("rename of " + tmp_path + " failed", errno);
-  tmp.commit();
-
-  // The rename itself is durable only once the folder is synced.
-  std::string folder = std::filesystem::path(target).parent_path().string();
-  if (folder.empty()) folder = ".";
-  const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0) fail("written, but cannot open folder " + folder + " to sync it (" + os_error(errno) + ")");
-  const int rc = io.fsync(dir);
-  const int err = errno;
-  ::close(dir);
-  // EINVAL: the file system cannot sync folders (some network and FUSE file systems); nothing to wait for.
-  if (rc != 0 && err != EINVAL) fail("written, but fsync of folder " + folder + " failed (" + os_error(err) + ")");
+  if (const std::string problem = replace_file(path, bytes.data(), bytes.size(), "checkpoint", io); !problem.empty()) fail(problem);
 }
 
 Checkpoint load_checkpoint_bytes(const uint8_t* data, size_t size, const std::string& name) {

@@ -16,16 +16,13 @@
 // Saving is atomic: a crash or a full disk leaves the previous checkpoint intact. Loading trusts nothing:
 // every malformed byte sequence becomes a CheckpointError naming the file and the problem.
 #pragma once
-#include <sys/types.h>
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
+#include "engine/replace_file.hpp"
 
 namespace lenet::engine {
 
@@ -78,25 +75,12 @@ struct Checkpoint {
   std::optional<TrainingState> state;  // absent in a parameters-only safetensors file
 };
 
-// The system calls through which a save reaches the disk, with POSIX's contracts: write(2) returns the
-// bytes written (possibly fewer than asked) or -1 with errno set; fsync(2) returns 0 or -1 with errno
-// set. A seam so tests can simulate a full disk or a failing sync; production code takes the default.
-struct CheckpointIo {
-  std::function<ssize_t(int fd, const void* data, size_t size)> write = ::write;
-  std::function<int(int fd)> fsync = ::fsync;
-};
-
-// Writes PATH.tmp.<pid>.<n> (PATH's name cut short where the folder's longest name needs it) in the same
-// folder, fsyncs it, renames it over `path`, fsyncs the folder.
+// Replaces `path` with the checkpoint all at once (replace_file).
 // Throws CheckpointError naming `path` and the OS error on any failure, after removing the temporary
 // file; `path` then still holds whatever it held before. Also throws, writing nothing, when
 // `parameters` is not model::kNumParameters long or `state` is one load_checkpoint would reject.
 void save_checkpoint(const std::string& path, const std::vector<float>& parameters, const TrainingState& state,
-                     const CheckpointIo& io = {});
-
-// For a signal handler about to end the process: removes the temporary file of a save in progress, if
-// any (the checkpoint at `path` stays as it was). Async-signal-safe: a lock-free atomic load and unlink(2).
-void remove_checkpoint_in_progress() noexcept;
+                     const FileIo& io = {});
 
 // Reads and validates a whole checkpoint. Throws CheckpointError naming `path` and the problem.
 Checkpoint load_checkpoint(const std::string& path);

@@ -23,6 +23,7 @@
 #include "engine/cuda_probe.hpp"
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
+#include "engine/replace_file.hpp"
 #include "engine/stop_signals.hpp"
 #include "graphs/cuda_error.hpp"
 #include "graphs/have_cuda.hpp"
@@ -209,7 +210,7 @@ extern "C" void on_stop_signal(int signal) {
   if (g_stop_reported) return;
   if (take_stop(g_stop_signal, signal)) {
     // The second signal: at once, leaving no half-written temporary checkpoint.
-    remove_checkpoint_in_progress();
+    remove_replacement_in_progress();
     char line[] = "\r\x1b[2Klenet-train: stopped at once by a second signal NN\n";
     char* digits = line + sizeof line - 4;  // "NN": the signal number, 1 to 64
     if (signal >= 10) *digits++ = static_cast<char>('0' + signal / 10 % 10);

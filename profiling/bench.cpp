@@ -31,6 +31,7 @@
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
 #include "engine/read_file.hpp"
+#include "engine/replace_file.hpp"
 #include "engine/stop_signals.hpp"
 #include "graphs/have_cuda.hpp"
 #include "io/dataset.hpp"
@@ -64,10 +65,22 @@ std::atomic<int> g_stop_signal{0};  // written by the handler of any thread (eng
 
 extern "C" void on_stop_signal(int signal) {
   if (engine::take_stop(g_stop_signal, signal)) {
+    engine::remove_replacement_in_progress();  // a result file being written stays as it was
     static const char line[] = "lenet-bench: stopped at once by a second signal\n";
     [[maybe_unused]] const ssize_t ignored = ::write(STDERR_FILENO, line, sizeof line - 1);
     _exit(128 + signal);
   }
+}
+
+// Whether the output `path` names is written by replacing it (replace_file): a regular file, or nothing
+// yet, that neither stdout nor stderr writes. A reader of the file then finds the whole of a result, the
+// previous one or the new; a second signal while it is written leaves the previous one.
+bool replaced(const std::string& path) {
+  return engine::standard_stream_of(path) == nullptr && !engine::other_than_regular_file(path);
+}
+
+std::string replace(const std::string& path, const std::string& text) {
+  return engine::replace_file(path, text.data(), text.size(), "file");
 }
 
 // Thrown out of a timed epoch by a stop; not a std::exception, so that nothing on the way takes it for
@@ -496,7 +509,9 @@ int main(int argc, char** argv) {
     for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--json", o.json_path},
                                      {"--markdown", o.markdown_path}}) {
       if (path.empty()) continue;
-      if (const std::string problem = engine::output_file_problem(path); !problem.empty()) throw output_error(problem, flag);
+      if (const std::string problem = replaced(path) ? engine::replaced_file_problem(path) : engine::output_file_problem(path);
+          !problem.empty())
+        throw output_error(problem, flag);
       pipes.push_back(std::make_unique<engine::PipeWriteEnd>(path));
       if (!pipes.back()->problem().empty()) throw output_error(pipes.back()->problem(), flag);
     }
@@ -561,9 +576,8 @@ int main(int argc, char** argv) {
         }
         if (!timeline.is_null() && !timeline_folder.empty()) {  // per-step kernel and idle time, for profiling/plot.py
           const std::string path = (timeline_folder / ("timeline-" + mode + "-r" + std::to_string(r) + ".json")).string();
-          std::ofstream file(path);
-          if (const std::string failed = engine::write_all(file, timeline.dump() + "\n", path); !failed.empty())
-            throw std::runtime_error(failed);
+          if (const std::string failed = replace(path, timeline.dump() + "\n"); !failed.empty())
+            throw std::runtime_error(path + ": " + failed);
         }
       }
     if (g_stop_signal != 0 && rows.empty()) {
@@ -667,6 +681,10 @@ int main(int argc, char** argv) {
          {std::tuple<const char*, const std::string&, std::string>{"--markdown", o.markdown_path, md.str()},
           {"--json", o.json_path, out.dump(2) + "\n"}}) {
       if (path.empty()) continue;
+      if (replaced(path)) {
+        if (const std::string failed = replace(path, text); !failed.empty()) throw output_error(path + ": " + failed, flag);
+        continue;
+      }
       std::ofstream file;
       std::ostream* stream = engine::standard_stream_of(path);
       if (stream == nullptr) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -225,6 +226,11 @@ class BenchTool : public lenet::testing::Cli {};
 
 TEST_F(BenchTool, CpuRowsWriteJsonAndMarkdown) {
   const std::string json = (dir_ / "b.json").string(), md = (dir_ / "b.md").string();
+  // A result there before is replaced whole (a new file renamed over it), not written over in place: a
+  // second name of the old file keeps the old result, and the new file keeps the old one's permissions.
+  std::ofstream(json) << "old result\n";
+  std::filesystem::create_hard_link(json, dir_ / "kept.json");
+  std::filesystem::permissions(json, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1,2 "
                           "--replicas 2 --train-limit 512 --test-limit 128 --epochs 1 --json '" + json + "' --markdown '" + md +
                           "' >/dev/null 2>&1";
@@ -248,6 +254,13 @@ TEST_F(BenchTool, CpuRowsWriteJsonAndMarkdown) {
   EXPECT_EQ(j["cpu_gemm"].get<std::string>().rfind(std::string("CPU GEMM ") + lenet::model::gemm_backend_name(), 0), 0u)
       << j["cpu_gemm"];
   EXPECT_NE(lenet::testing::slurp(md).find("| cpu R=2 |"), std::string::npos);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "kept.json"), "old result\n");
+  EXPECT_EQ(std::filesystem::status(json).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"b.json", "b.md", "kept.json"})) << "a temporary file left behind";
 }
 
 // A stop (SIGTERM: a shell's background job ignores SIGINT) once the second row has begun: the rows

@@ -110,7 +110,7 @@ TrainingState sample_state_after_epoch(int epoch) {
 
 // The message of the CheckpointError a save throws; a test failure, and "", when it throws none.
 std::string save_error(const std::string& path, const std::vector<float>& parameters, const TrainingState& state,
-                       const lenet::engine::CheckpointIo& io = {}) {
+                       const lenet::engine::FileIo& io = {}) {
   try {
     lenet::engine::save_checkpoint(path, parameters, state, io);
   } catch (const CheckpointError& e) {
@@ -499,7 +499,7 @@ TEST_F(CheckpointFiles, FailedWriteLeavesPreviousCheckpointIntactAndNoTemporaryF
   for (const size_t room : {size_t{0}, size_t{1}, size_t{8}, size_t(header_end), before.size() / 2, before.size() - 1}) {
     SCOPED_TRACE("room " + std::to_string(room));
     size_t written = 0;
-    lenet::engine::CheckpointIo full_disk;
+    lenet::engine::FileIo full_disk;
     full_disk.write = [&](int fd, const void* data, size_t size) -> ssize_t {
       if (written >= room) {
         errno = ENOSPC;
@@ -524,11 +524,11 @@ TEST_F(CheckpointFiles, SignalCleanupMidSaveRemovesTheTemporaryFileOnly) {
   lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
   const Bytes before = lenet::testing::read_bytes(path_);
   std::vector<std::string> during, after_cleanup;
-  lenet::engine::CheckpointIo interrupted;
+  lenet::engine::FileIo interrupted;
   interrupted.write = [&](int fd, const void* data, size_t size) -> ssize_t {
     if (during.empty()) {
       during = folder_entries();
-      lenet::engine::remove_checkpoint_in_progress();
+      lenet::engine::remove_replacement_in_progress();
       after_cleanup = folder_entries();
     }
     return ::write(fd, data, size);
@@ -540,13 +540,13 @@ TEST_F(CheckpointFiles, SignalCleanupMidSaveRemovesTheTemporaryFileOnly) {
   EXPECT_EQ(after_cleanup, std::vector<std::string>{"model.safetensors"});
   EXPECT_EQ(lenet::testing::read_bytes(path_), before);
   // Outside a save there is nothing to remove.
-  lenet::engine::remove_checkpoint_in_progress();
+  lenet::engine::remove_replacement_in_progress();
   EXPECT_EQ(lenet::testing::read_bytes(path_), before);
 }
 
 TEST_F(CheckpointFiles, ShortWritesAndInterruptionsAreRetried) {
   int calls = 0;
-  lenet::engine::CheckpointIo trickle;
+  lenet::engine::FileIo trickle;
   trickle.write = [&](int fd, const void* data, size_t size) -> ssize_t {
     if (++calls % 3 == 1) {
       errno = EINTR;  // a signal arrived before anything was written
@@ -562,7 +562,7 @@ TEST_F(CheckpointFiles, ShortWritesAndInterruptionsAreRetried) {
 }
 
 TEST_F(CheckpointFiles, WriteThatMakesNoProgressFailsInsteadOfLooping) {
-  lenet::engine::CheckpointIo stuck;
+  lenet::engine::FileIo stuck;
   stuck.write = [](int, const void*, size_t) -> ssize_t { return 0; };
   EXPECT_THROW(lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state(), stuck), CheckpointError);
   EXPECT_TRUE(folder_entries().empty());
@@ -580,7 +580,7 @@ TEST_F(CheckpointFiles, SyncsTheCompleteFileBeforeTheRenameAndTheFolderAfterIt) 
     Bytes at_path;
   };
   std::vector<Sync> syncs;
-  lenet::engine::CheckpointIo io;
+  lenet::engine::FileIo io;
   io.fsync = [&](int fd) {
     struct stat st {};
     EXPECT_EQ(::fstat(fd, &st), 0);
@@ -601,7 +601,7 @@ TEST_F(CheckpointFiles, SyncsTheCompleteFileBeforeTheRenameAndTheFolderAfterIt) 
 TEST_F(CheckpointFiles, FailedSyncOfTheFileLeavesPreviousCheckpointIntact) {
   lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
   const Bytes before = lenet::testing::read_bytes(path_);
-  lenet::engine::CheckpointIo io;
+  lenet::engine::FileIo io;
   io.fsync = [](int) {
     errno = EIO;
     return -1;
@@ -621,7 +621,7 @@ TEST_F(CheckpointFiles, FailedSyncOfTheFolderIsAnErrorUnlessFoldersCannotBeSynce
   const std::vector<float> parameters = lenet::model::init_parameters<float>(7);
   for (const int err : {EINVAL, EIO}) {
     SCOPED_TRACE(std::strerror(err));
-    lenet::engine::CheckpointIo io;
+    lenet::engine::FileIo io;
     io.fsync = [err](int fd) {
       struct stat st {};
       if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
