@@ -430,7 +430,7 @@ int run_cli(int argc, const char* const* argv) {
     if (o.backend != "cpu" && !probe.ok() && !probe.no_device())
       throw cuda::CudaError("the CUDA runtime answered " + probe.describe() + "; fix the installation or use --backend cpu");
     if (o.backend == "cuda" && !probe.ok())
-      throw UsageError("--backend cuda: no CUDA device answers (" + probe.describe() + ")");
+      throw UsageError("--backend cuda: no CUDA device answers (" + probe.describe() + "); --backend cpu trains on the CPU");
     const bool use_cuda = o.backend != "cpu" && probe.ok();
     if (!use_cuda) {
       // On the CPU --num-gpus means the replica count, which a resumed run takes from its checkpoint.

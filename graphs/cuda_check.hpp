@@ -22,9 +22,16 @@ inline const char* cuda_hint(cudaError_t rc) {
   switch (rc) {
     case cudaErrorMemoryAllocation: return kOutOfDeviceMemoryHint;
     case cudaErrorInsufficientDriver:
+      return "; the CUDA driver is missing or older than this build's CUDA runtime: update it, or use --backend cpu";
     case cudaErrorNoDevice:
     case cudaErrorStubLibrary: return "; no usable GPU: use --backend cpu";
     case cudaErrorInvalidDevice: return "; no such GPU: check --num-gpus and CUDA_VISIBLE_DEVICES";
+    case cudaErrorDevicesUnavailable:
+      return "; the GPU is busy or in an exclusive compute mode (nvidia-smi -q -d COMPUTE): wait, or use --backend cpu";
+    case cudaErrorNoKernelImageForDevice:
+      return "; this build has no code for this GPU: build again with -DCMAKE_CUDA_ARCHITECTURES=its compute "
+             "capability (nvidia-smi --query-gpu=compute_cap, 9.0 as 90), or use --backend cpu";
+    case cudaErrorUnsupportedPtxVersion: return kBrokenInstallHint;
     default: return "";
   }
 }
@@ -38,7 +45,10 @@ inline const char* cudnn_hint(cudnnStatus_t rc) {
     case CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED:
     case CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDA_DRIVER:
     case CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDART:
-    case CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH: return kBrokenInstallHint;
+    case CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH:
+    case CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING:
+    case CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE:
+    case CUDNN_STATUS_LICENSE_ERROR: return kBrokenInstallHint;
     default: return "";
   }
 }

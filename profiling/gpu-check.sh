@@ -13,10 +13,10 @@
 # Environment: LENET_CHECK_BUDGET (seconds for everything, default 450), LENET_COMMIT (when the tree has
 # no .git), LENET_CHECK_EPOCHS (default 10), LENET_CHECK_SWEEP (0 skips the sweep),
 # LENET_CHECK_SANITIZERS (compute-sanitizer tools, default "memcheck racecheck"), CUDNN_ROOT, CUBLAS_ROOT,
-# LENET_CHECK_PHASES (any of: sanitizers tests gputests accuracy experiment sweep bench cpu, run in this
+# LENET_CHECK_PHASES (any of: tests gputests accuracy sanitizers experiment sweep bench cpu, run in this
 # order; default all but gputests and accuracy, which are skipped when tests is given: gputests runs the
 # GPU-labelled tests but the slow accuracy test, accuracy runs that one alone. When one run's time is
-# short, correctness first: "sanitizers gputests", then "accuracy experiment", then "sweep bench cpu",
+# short, correctness first: "gputests sanitizers", then "accuracy experiment", then "sweep bench cpu",
 # each into its own OUTDIR; the build folder is reused when the tree is kept). Where only a few files
 # come back from the host, give a scratch OUTDIR and pack it afterwards: the budget ends every step in
 # time for that (e.g. LENET_CHECK_BUDGET=420 profiling/gpu-check.sh /tmp/gc; tar czf DEST.tgz -C /tmp/gc .).
@@ -29,9 +29,9 @@ if (($# != 1)) || [[ -z $1 ]]; then
   echo "usage: profiling/gpu-check.sh OUTDIR (--help says more)" >&2
   exit 2
 fi
-phases=" ${LENET_CHECK_PHASES:-sanitizers tests experiment sweep bench cpu} "
+phases=" ${LENET_CHECK_PHASES:-tests sanitizers experiment sweep bench cpu} "
 phase() { [[ $phases == *" $1 "* ]]; }
-all_phases="sanitizers tests gputests accuracy experiment sweep bench cpu"
+all_phases="tests gputests accuracy sanitizers experiment sweep bench cpu"
 for p in $phases; do
   if [[ " $all_phases " != *" $p "* ]]; then
     echo "gpu-check.sh: unknown phase '$p' in LENET_CHECK_PHASES ($all_phases)" >&2
@@ -47,6 +47,7 @@ fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 exec > >(tee "$out/log") 2>&1
+tee_pid=$!  # waited for at the end, so that the log is whole when the script returns
 export LENET_GPU_REQUIRED=1  # a GPU check whose GPU tests all skipped would test nothing
 
 start_time=$(date +%s)
@@ -123,10 +124,15 @@ if [[ -n $cudnn_root ]]; then
   echo "cuDNN from $cudnn_root"
   cmake_args+=("-DCUDNN_ROOT=$cudnn_root")
   export LD_LIBRARY_PATH="$cudnn_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  if [[ ! -f $cudnn_root/include/cudnn_version.h && ! -f $cuda_dir/include/cudnn_version.h && -d $bundle/cudnn/include ]]; then
-    cmake_args+=("-DCUDNN_INCLUDE_DIR=$bundle/cudnn/include")
-  fi
 fi
+# cuDNN's headers: beside its library, the toolkit's or the system's, else the bundle's (a wheel has none,
+# and a library found in the toolkit or by ldconfig may have come without them).
+cudnn_headers=
+for f in ${cudnn_root:+"$cudnn_root"/include/cudnn_version.h} "$cuda_dir"/include/cudnn_version.h \
+  /usr/include/cudnn_version.h /usr/include/*-linux-gnu/cudnn_version.h; do
+  [[ -f $f ]] && cudnn_headers=$f && break
+done
+[[ -z $cudnn_headers && -d $bundle/cudnn/include ]] && cmake_args+=("-DCUDNN_INCLUDE_DIR=$bundle/cudnn/include")
 # The first library in PyTorch's NVIDIA wheels matching */lib/PATTERN, or nothing.
 wheel_lib() {
   python3 - "$1" 2>/dev/null <<'PY' || true
@@ -196,13 +202,23 @@ echo "data: $data (from $data_src)"
 train=$build/engine/lenet-train
 if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build" 300 cmake --build "$build" -j "$(nproc)"; then
   step "version" 20 "$train" --version
+  # Four at a time: the CPU references (portable GEMM, no BLAS on GPU hosts) dominate and use the cores.
+  phase tests && ctest_step "tests" 420 -j 4 --output-junit "$out/ctest.xml"
+  # Only the GPU tests (the CPU suite is what CI runs on every change): the shortest check of the CUDA
+  # paths. The accuracy test (ten epochs on the CPU as its reference) is a phase of its own.
+  phase gputests && ! phase tests && ctest_step "gpu tests" 240 -j 4 -L gpu -E '^test_cuda_accuracy$' \
+    --output-junit "$out/ctest-gpu.xml"
+  phase accuracy && ! phase tests && ctest_step "accuracy test" 400 -R '^test_cuda_accuracy$' \
+    --output-junit "$out/ctest-accuracy.xml"
   # compute-sanitizer on short runs of both modes (two replicas sharing GPU 0; 600 examples make two
-  # full minibatches and a partial one). First, as four bounded runs: the test phases after them stop at
-  # a stop time with whatever the budget leaves. A failed CUDA call in our code already fails the run
-  # itself; the sanitizer's verdict is about memory errors (memcheck) and shared-memory races (racecheck,
-  # hazards of error severity), not about the calls cuDNN and cuBLAS make and handle inside. Racecheck
-  # looks only at this project's kernels (namespace lenet): shared-memory hazards inside cuDNN's and
-  # cuBLAS's kernels are not ours to fix, and instrumenting them costs most of the step's time.
+  # full minibatches and a partial one), after the tests: their bit-for-bit comparisons are the only
+  # check of the ordering between streams (the ring's copies), which neither tool sees, and they take
+  # what they need; the four runs share what is left, at most 150 s each. A failed CUDA call in our code
+  # already fails the run itself; the sanitizer's verdict is about memory errors (memcheck) and
+  # shared-memory races (racecheck, hazards of error severity), not about the calls cuDNN and cuBLAS make
+  # and handle inside. Racecheck looks only at this project's kernels (namespace lenet): shared-memory
+  # hazards inside cuDNN's and cuBLAS's kernels are not ours to fix, and instrumenting them costs most of
+  # the step's time.
   if ! phase sanitizers; then
     :
   elif command -v compute-sanitizer >/dev/null; then
@@ -212,7 +228,9 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
     kernels=$("$train" --version 2>/dev/null | sed -n 's/.*CPU GEMM openblas, \(.*\) kernels).*/\1/p')
     sanitizer_env=(env)
     [[ -n $kernels ]] && sanitizer_env+=("OPENBLAS_CORETYPE=$kernels")
-    for tool in ${LENET_CHECK_SANITIZERS:-memcheck racecheck}; do
+    read -ra tools <<<"${LENET_CHECK_SANITIZERS:-memcheck racecheck}"
+    runs_left=$((2 * ${#tools[@]}))
+    for tool in "${tools[@]}"; do
       args=(--tool "$tool" --error-exitcode 99)
       [[ $sanitizer_help == *--report-api-errors* ]] && args+=(--report-api-errors no)
       if [[ $tool == racecheck ]]; then
@@ -221,22 +239,21 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
         elif [[ $sanitizer_help == *--kernel-regex* ]]; then args+=(--kernel-regex kns=lenet); fi
       fi
       for mode in graph naive; do
-        step "sanitizer $tool $mode" 150 "${sanitizer_env[@]}" compute-sanitizer "${args[@]}" --log-file "$out/sanitizer-$tool-$mode.txt" \
+        limit=$(($(remaining) / runs_left))
+        ((limit > 150)) && limit=150
+        runs_left=$((runs_left - 1))
+        report=$out/sanitizer-$tool-$mode.txt
+        step "sanitizer $tool $mode" "$limit" "${sanitizer_env[@]}" compute-sanitizer "${args[@]}" --log-file "$report" \
           "$train" --backend cuda --mode $mode --num-gpus 1 --replicas 2 --epochs 1 --train-limit 600 --test-limit 300 --quiet
+        # Exit 99 is the sanitizer's own verdict (--error-exitcode); any other failure is the run's.
+        (($? == 99)) && results[${#results[@]} - 1]="sanitizer $tool $mode|errors found (exit 99)"
+        [[ -f $report ]] && tail -n 5 "$report"
       done
     done
   else
     echo "compute-sanitizer: not found"
     results+=("compute-sanitizer|not found")
   fi
-  # Four at a time: the CPU references (portable GEMM, no BLAS on GPU hosts) dominate and use the cores.
-  phase tests && ctest_step "tests" 420 -j 4 --output-junit "$out/ctest.xml"
-  # Only the GPU tests (the CPU suite is what CI runs on every change): the shortest check of the CUDA
-  # paths. The accuracy test (ten epochs on the CPU as its reference) is a phase of its own.
-  phase gputests && ! phase tests && ctest_step "gpu tests" 300 -L gpu -E '^test_cuda_accuracy$' \
-    --output-junit "$out/ctest-gpu.xml"
-  phase accuracy && ! phase tests && ctest_step "accuracy test" 400 -R '^test_cuda_accuracy$' \
-    --output-junit "$out/ctest-accuracy.xml"
   # The source text's experiment. Two replicas use two GPUs where there are two, else share one.
   if ((gpus >= 2)); then r2=(--num-gpus 2); else r2=(--num-gpus 1 --replicas 2); fi
   phase experiment && for mode in naive graph; do
@@ -336,5 +353,8 @@ PY
   [[ -f $out/bench.md ]] && { echo; cat "$out/bench.md"; }
 } | tee "$out/summary.md"
 # Exit status: 0 when every step ran and passed; 1 when one failed, timed out or was skipped for time.
-for r in "${results[@]}"; do [[ ${r#*|} == ok ]] || exit 1; done
-exit 0
+status=0
+for r in "${results[@]}"; do [[ ${r#*|} == ok ]] || status=1; done
+exec >&- 2>&-
+wait "$tee_pid"
+exit $status

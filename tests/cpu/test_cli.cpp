@@ -115,7 +115,8 @@ TEST_F(Cli, UsageErrorsExit2WithOneLine) {
 
 TEST_F(Cli, BackendCudaWithoutDeviceIsAUsageError) {
   hide_gpus_ = true;
-  expect_usage_error("--backend cuda", "--backend cuda: no CUDA device answers");
+  expect_usage_error("--backend cuda", "--backend cuda: no CUDA device answers (");
+  expect_usage_error("--backend cuda", "); --backend cpu trains on the CPU\n");
 }
 
 // A build configured with -DLENET_WITH_CUDA=OFF says so where a user looks: --version, --backend cuda's

@@ -54,11 +54,20 @@ TEST(CudaErrors, OutOfMemoryFromEachLibrarySaysWhatToTry) {
 TEST(CudaErrors, MissingGpuAndBrokenInstallationPointToTheCpuBackend) {
   for (const std::string& m : {message(lenet::cuda::check_cuda, cudaErrorNoDevice),
                                message(lenet::cuda::check_cuda, cudaErrorInsufficientDriver),
+                               message(lenet::cuda::check_cuda, cudaErrorDevicesUnavailable),
+                               message(lenet::cuda::check_cuda, cudaErrorNoKernelImageForDevice),
+                               message(lenet::cuda::check_cuda, cudaErrorUnsupportedPtxVersion),
                                message(lenet::cuda::check_cudnn, CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED),
+                               message(lenet::cuda::check_cudnn, CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE),
+                               message(lenet::cuda::check_cudnn, CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING),
                                message(lenet::cuda::check_cublas, CUBLAS_STATUS_NOT_INITIALIZED)}) {
     expect_one_line_naming_the_call(m);
     EXPECT_NE(m.find("use --backend cpu"), std::string::npos) << m;
   }
+  EXPECT_NE(message(lenet::cuda::check_cuda, cudaErrorInsufficientDriver).find("older than this build's CUDA runtime"),
+            std::string::npos);
+  EXPECT_NE(message(lenet::cuda::check_cuda, cudaErrorNoKernelImageForDevice).find("-DCMAKE_CUDA_ARCHITECTURES="),
+            std::string::npos);
   const std::string m = message(lenet::cuda::check_cuda, cudaErrorInvalidDevice);
   EXPECT_NE(m.find("--num-gpus"), std::string::npos) << m;
 }
