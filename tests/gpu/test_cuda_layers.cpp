@@ -71,6 +71,9 @@ void compare_step(int rows, int capacity) {
 
   cuda::DeviceContext ctx(0);
   cuda::CudaLenet gpu(ctx, capacity, {rows, capacity});
+  // A failure names the algorithms: FFT and Winograd transform their inputs, so their rounding is not
+  // only a summation order's.
+  SCOPED_TRACE("cuDNN algorithms: " + gpu.algorithms());
   const auto step = [&](const Case& k, int n) {
     LENET_CUDA_CHECK(cudaMemcpy(gpu.params(), k.params.data(), k.params.size() * sizeof(float), cudaMemcpyHostToDevice));
     LENET_CUDA_CHECK(cudaMemcpy(gpu.x(), k.x.data(), k.x.size() * sizeof(float), cudaMemcpyHostToDevice));
