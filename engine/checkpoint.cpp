@@ -1,9 +1,6 @@
 #include "engine/checkpoint.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <climits>
 #include <cmath>

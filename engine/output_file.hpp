@@ -169,12 +169,26 @@ inline std::ostream* standard_stream_of(const std::string& path) {
   return nullptr;
 }
 
+// Whether the sticky bit of `folder` (as /tmp's) keeps `user` from renaming over `file` in it, though the
+// file may be written and the folder take new files: rename(2) then fails with EPERM unless the user owns
+// the file or the folder, or is root.
+inline bool sticky_bit_forbids_rename(const struct stat& folder, const struct stat& file, uid_t user) {
+  return (folder.st_mode & S_ISVTX) != 0 && user != 0 && user != file.st_uid && user != folder.st_uid;
+}
+
 // The same as output_file_problem for a file replaced by a rename (a checkpoint): a new file must also
-// be possible in its folder, and what `path` names must be a regular file, or nothing yet.
+// be possible in its folder, what `path` names must be a regular file, or nothing yet, and a rename must
+// be allowed to replace it.
 inline std::string replaced_file_problem(const std::string& path) {
   if (std::string problem = output_file_problem(path); !problem.empty()) return problem;
   if (other_than_regular_file(path)) return path + ": not a regular file";
   if (standard_stream_of(path) != nullptr) return path + ": the file stdout or stderr writes (a rename would cut it off)";
+  const std::filesystem::path target = follow_links(path);
+  const std::string folder = target.has_parent_path() ? target.parent_path().string() : ".";
+  struct stat file {}, dir {};
+  if (::stat(target.c_str(), &file) == 0 && ::stat(folder.c_str(), &dir) == 0 &&
+      sticky_bit_forbids_rename(dir, file, ::geteuid()))
+    return path + ": another user's file in a folder with the sticky bit (as /tmp): no rename may replace it";
   // The rename's new file (for a path that names nothing yet, output_file_problem checked that already).
   return ::access(path.c_str(), F_OK) == 0 ? new_file_problem(path) : "";
 }

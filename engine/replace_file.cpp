@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <filesystem>
 #include "engine/output_file.hpp"
 
@@ -50,8 +51,6 @@ class TemporaryFile {
   bool committed_ = false;
 };
 
-std::string os_error(int err) { return std::string(" (") + std::strerror(err) + ")"; }
-
 }  // namespace
 
 void remove_replacement_in_progress() noexcept {
@@ -70,11 +69,14 @@ std::string replace_file(const std::string& path, const void* data, size_t size,
   static std::atomic<unsigned> counter{0};
   const std::string tmp_path = temporary_name(target, ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++));
   const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) return "cannot create temporary file " + tmp_path + os_error(errno);
+  if (fd < 0) {
+    const int err = errno;
+    return "cannot create temporary file " + tmp_path + reason(err);
+  }
   TemporaryFile tmp(tmp_path, fd);
   // Called as failed("fsync", errno): errno is read before any message is built.
-  const auto failed = [&](const char* call, int err, const std::string& detail = "") {
-    return std::string(call) + " of " + tmp_path + " failed" + detail + os_error(err) + "; the previous " + kind +
+  const auto failed = [&](const char* call, int err, const char* detail = "") {
+    return std::string(call) + " of " + tmp_path + " failed" + detail + reason(err) + "; the previous " + kind +
            ", if any, is unchanged";
   };
   // The file replaced keeps its permission bits (a private checkpoint stays private); a new one gets the
@@ -89,7 +91,7 @@ std::string replace_file(const std::string& path, const void* data, size_t size,
     // A write that makes no progress would loop forever; the kernel reports a full disk as ENOSPC.
     const int err = n < 0 ? errno : ENOSPC;
     if (n < 0 && err == EINTR) continue;
-    if (n <= 0) return failed("write", err, " after " + std::to_string(done) + " bytes");
+    if (n <= 0) return failed("write", err, (" after " + std::to_string(done) + " bytes").c_str());
     done += static_cast<size_t>(n);
   }
   // Data on disk before the rename makes it visible, else a crash could leave an empty file under `path`.
@@ -102,12 +104,15 @@ std::string replace_file(const std::string& path, const void* data, size_t size,
   std::string folder = std::filesystem::path(target).parent_path().string();
   if (folder.empty()) folder = ".";
   const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0) return "written, but cannot open folder " + folder + " to sync it" + os_error(errno);
+  if (dir < 0) {
+    const int err = errno;
+    return "written, but cannot open folder " + folder + " to sync it" + reason(err);
+  }
   const int rc = io.fsync(dir);
   const int err = errno;
   ::close(dir);
   // EINVAL: the file system cannot sync folders (some network and FUSE file systems); nothing to wait for.
-  if (rc != 0 && err != EINVAL) return "written, but fsync of folder " + folder + " failed" + os_error(err);
+  if (rc != 0 && err != EINVAL) return "written, but fsync of folder " + folder + " failed" + reason(err);
   return "";
 }
 

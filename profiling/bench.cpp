@@ -79,8 +79,29 @@ bool replaced(const std::string& path) {
   return engine::standard_stream_of(path) == nullptr && !engine::other_than_regular_file(path);
 }
 
-std::string replace(const std::string& path, const std::string& text) {
-  return engine::replace_file(path, text.data(), text.size(), "file");
+// Why `path` cannot take an output, checked before the benchmark: what a replacement or a write needs.
+std::string output_problem(const std::string& path) {
+  return replaced(path) ? engine::replaced_file_problem(path) : engine::output_file_problem(path);
+}
+
+// Writes `text` to the output `path` names: a regular file is replaced, the file stdout or stderr
+// writes goes through that stream, a pipe or a device is opened and written. "" or the problem.
+std::string write_output(const std::string& path, const std::string& text) {
+  if (replaced(path)) {
+    const std::string failed = engine::replace_file(path, text.data(), text.size(), "file");
+    return failed.empty() ? "" : path + ": " + failed;
+  }
+  std::ofstream file;
+  std::ostream* stream = engine::standard_stream_of(path);
+  if (stream == nullptr) {
+    // A pipe's reader may have gone during the benchmark: the open would then wait for another.
+    if (const engine::PipeWriteEnd pipe(path); !pipe.problem().empty()) return pipe.problem();
+    errno = 0;
+    file.open(path);
+    if (const int err = errno; !file) return path + ": cannot open for writing" + engine::reason(err);
+    stream = &file;
+  }
+  return engine::write_all(*stream, text, path);
 }
 
 // Thrown out of a timed epoch by a stop; not a std::exception, so that nothing on the way takes it for
@@ -509,15 +530,20 @@ int main(int argc, char** argv) {
     for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--json", o.json_path},
                                      {"--markdown", o.markdown_path}}) {
       if (path.empty()) continue;
-      if (const std::string problem = replaced(path) ? engine::replaced_file_problem(path) : engine::output_file_problem(path);
-          !problem.empty())
-        throw output_error(problem, flag);
+      if (const std::string problem = output_problem(path); !problem.empty()) throw output_error(problem, flag);
       pipes.push_back(std::make_unique<engine::PipeWriteEnd>(path));
       if (!pipes.back()->problem().empty()) throw output_error(pipes.back()->problem(), flag);
     }
     const std::filesystem::path timeline_folder = engine::folder_beside(o.json_path);  // empty: none written
-    if (wants_gpu && !o.no_trace && !timeline_folder.empty() && ::access(timeline_folder.c_str(), W_OK) != 0)
-      throw std::runtime_error(o.json_path + ": cannot write the timelines into its folder " + timeline_folder.string());
+    const auto timeline_path = [&](const std::string& mode, int r) {
+      return (timeline_folder / ("timeline-" + mode + "-r" + std::to_string(r) + ".json")).string();
+    };
+    if (!o.no_trace && !timeline_folder.empty())
+      for (const std::string& mode : o.modes)
+        for (int r : o.replicas)
+          if (mode != "cpu")  // traced: a GPU mode's row
+            if (const std::string problem = output_problem(timeline_path(mode, r)); !problem.empty())
+              throw output_error(problem + ", a timeline beside the results", "--json");
     std::vector<profiling::BenchRow> peer_rows;
     std::vector<std::string> names;  // two rows of one name could not be told apart in the table
     for (const std::string& mode : o.modes)
@@ -574,11 +600,11 @@ int main(int argc, char** argv) {
           left_out = "the rows from " + profiling::row_name(mode, r) + " on";
           continue;
         }
-        if (!timeline.is_null() && !timeline_folder.empty()) {  // per-step kernel and idle time, for profiling/plot.py
-          const std::string path = (timeline_folder / ("timeline-" + mode + "-r" + std::to_string(r) + ".json")).string();
-          if (const std::string failed = replace(path, timeline.dump() + "\n"); !failed.empty())
-            throw std::runtime_error(path + ": " + failed);
-        }
+        // Per-step kernel and idle time, for profiling/plot.py. A write that fails (a full disk) leaves
+        // that timeline out, not the rows measured.
+        if (!timeline.is_null() && !timeline_folder.empty())
+          if (const std::string failed = write_output(timeline_path(mode, r), timeline.dump() + "\n"); !failed.empty())
+            say(failed + "; that timeline is left out");
       }
     if (g_stop_signal != 0 && rows.empty()) {
       say("stopped by signal " + std::to_string(g_stop_signal) + " before a row was measured; nothing written");
@@ -681,21 +707,7 @@ int main(int argc, char** argv) {
          {std::tuple<const char*, const std::string&, std::string>{"--markdown", o.markdown_path, md.str()},
           {"--json", o.json_path, out.dump(2) + "\n"}}) {
       if (path.empty()) continue;
-      if (replaced(path)) {
-        if (const std::string failed = replace(path, text); !failed.empty()) throw output_error(path + ": " + failed, flag);
-        continue;
-      }
-      std::ofstream file;
-      std::ostream* stream = engine::standard_stream_of(path);
-      if (stream == nullptr) {
-        // A pipe's reader may have gone during the benchmark: the open would then wait for another.
-        if (const engine::PipeWriteEnd pipe(path); !pipe.problem().empty()) throw output_error(pipe.problem(), flag);
-        errno = 0;
-        file.open(path);
-        if (const int err = errno; !file) throw output_error(path + ": cannot open for writing" + engine::reason(err), flag);
-        stream = &file;
-      }
-      if (const std::string failed = engine::write_all(*stream, text, path); !failed.empty()) throw output_error(failed, flag);
+      if (const std::string failed = write_output(path, text); !failed.empty()) throw output_error(failed, flag);
     }
     if (g_stop_signal == 0) return 0;
     say(stop_note());  // a signal while writing too: the status says it came

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The project's GPU check: build, run compute-sanitizer on short runs of both modes, every test with the
-# GPU tests active, the source text's experiment (10 epochs, batch 256, lr 0.2, R = 1 and R = 2) in the
+# The project's GPU check: build, run every test with the GPU tests active, compute-sanitizer on short
+# runs of both modes, the source text's experiment (10 epochs, batch 256, lr 0.2, R = 1 and R = 2) in the
 # naive and graph modes, a sweep of both modes over replicas and batch sizes, and the CPU backend beside
 # them; write a log, the metrics files and a summary into OUTDIR.
 #
@@ -239,8 +239,10 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
         elif [[ $sanitizer_help == *--kernel-regex* ]]; then args+=(--kernel-regex kns=lenet); fi
       fi
       for mode in graph naive; do
+        # Less than 30 s left for a run: skipped for the budget rather than started to be cut off.
         limit=$(($(remaining) / runs_left))
         ((limit > 150)) && limit=150
+        ((limit < 30)) && limit=0
         runs_left=$((runs_left - 1))
         report=$out/sanitizer-$tool-$mode.txt
         step "sanitizer $tool $mode" "$limit" "${sanitizer_env[@]}" compute-sanitizer "${args[@]}" --log-file "$report" \

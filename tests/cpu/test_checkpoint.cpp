@@ -419,6 +419,52 @@ TEST_F(CheckpointFiles, ReadOnlyFileIsRefusedBeforeTheRun) {
   EXPECT_EQ(lenet::engine::output_file_problem(path), path + ": is read-only");
 }
 
+// The sticky bit of a folder (as /tmp's) lets only the file's owner, the folder's owner or root rename
+// over a file in it: a save over another user's file there is refused before the run, as its rename would
+// fail after it. The rule is held against the kernel's, in a child that takes other users' identities.
+TEST_F(CheckpointFiles, AnotherUsersFileInAStickyFolderIsRefusedBeforeTheRun) {
+  struct stat folder {}, file {};
+  folder.st_mode = S_IFDIR | 01777;
+  file.st_uid = 1000;
+  EXPECT_TRUE(lenet::engine::sticky_bit_forbids_rename(folder, file, 1001));
+  EXPECT_FALSE(lenet::engine::sticky_bit_forbids_rename(folder, file, 1000));  // the file's owner
+  EXPECT_FALSE(lenet::engine::sticky_bit_forbids_rename(folder, file, 0));     // root
+  folder.st_uid = 1001;
+  EXPECT_FALSE(lenet::engine::sticky_bit_forbids_rename(folder, file, 1001));  // the folder's owner
+  folder.st_mode = S_IFDIR | 0777;
+  EXPECT_FALSE(lenet::engine::sticky_bit_forbids_rename(folder, file, 1002));  // no sticky bit
+
+  if (::geteuid() != 0) GTEST_SKIP() << "taking other users' identities needs root";
+  const fs::path sticky = dir_ / "sticky";
+  fs::create_directory(sticky);
+  ASSERT_EQ(::chmod(sticky.c_str(), 01777), 0) << std::strerror(errno);
+  const std::string path = write_raw("sticky/model.safetensors", {1, 2, 3});
+  ASSERT_EQ(::chmod(path.c_str(), 0666), 0) << std::strerror(errno);  // anyone may write it
+  const std::string refusal = path + ": another user's file in a folder with the sticky bit (as /tmp): no rename may replace it";
+  // As user 65534, the file owned by `owner`: the child's exit status has bit 0 set when the check refuses
+  // the file, bit 1 when the kernel refuses a rename over it; 100 when it cannot become that user.
+  auto as_another_user = [&](uid_t owner) {
+    EXPECT_EQ(::chown(path.c_str(), owner, owner), 0) << std::strerror(errno);
+    const pid_t child = ::fork();
+    if (child == 0) {
+      if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(100);
+      const std::string problem = lenet::engine::replaced_file_problem(path);
+      const std::string other = (sticky / "other").string();
+      const int fd = ::open(other.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+      const bool kernel_refuses = fd >= 0 && ::rename(other.c_str(), path.c_str()) != 0 && errno == EPERM;
+      ::unlink(other.c_str());
+      ::_exit((problem == refusal ? 1 : problem.empty() ? 0 : 4) | (kernel_refuses ? 2 : 0));
+    }
+    int status = 0;
+    EXPECT_EQ(::waitpid(child, &status, 0), child);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  const int other_owner = as_another_user(65533);
+  if (other_owner == 100) GTEST_SKIP() << "this process cannot take another user's identity";
+  EXPECT_EQ(other_owner, 3) << "bit 0: the check refuses the file, bit 1: the kernel refuses the rename";
+  EXPECT_EQ(as_another_user(65534), 0) << "the file's owner: neither refuses";
+}
+
 // A folder where no file can be made is found before the run, for root too (access() lets root through
 // /proc's permissions), and the check leaves nothing behind where it can.
 TEST_F(CheckpointFiles, FolderWhereNoFileCanBeMadeIsRefusedBeforeTheRun) {
