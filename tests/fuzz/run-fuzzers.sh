@@ -44,8 +44,8 @@ flags+=(${LENET_FUZZ_CXXFLAGS:-})
 
 echo "run-fuzzers: building with $cxx in $work"
 "$cxx" "${flags[@]}" -DLENET_HAVE_ZLIB=1 "$here/fuzz_idx.cpp" "$root/io/idx.cpp" -lz -o "$work/fuzz_idx"
-"$cxx" "${flags[@]}" "$here/fuzz_checkpoint.cpp" "$root/engine/checkpoint.cpp" "$root/model/lenet.cpp" \
-  -o "$work/fuzz_checkpoint"
+"$cxx" "${flags[@]}" "$here/fuzz_checkpoint.cpp" "$root/engine/checkpoint.cpp" "$root/engine/replace_file.cpp" \
+  "$root/model/lenet.cpp" -o "$work/fuzz_checkpoint"
 
 export ASAN_OPTIONS="detect_leaks=1:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
