@@ -169,6 +169,12 @@ inline std::ostream* standard_stream_of(const std::string& path) {
   return nullptr;
 }
 
+// The folder that holds `file`: "." for a bare name.
+inline std::string folder_of(const std::string& file) {
+  const std::filesystem::path folder = std::filesystem::path(file).parent_path();
+  return folder.empty() ? "." : folder.string();
+}
+
 // Whether the sticky bit of `folder` (as /tmp's) keeps `user` from renaming over `file` in it, though the
 // file may be written and the folder take new files: rename(2) then fails with EPERM unless the user owns
 // the file or the folder, or is root.
@@ -183,10 +189,9 @@ inline std::string replaced_file_problem(const std::string& path) {
   if (std::string problem = output_file_problem(path); !problem.empty()) return problem;
   if (other_than_regular_file(path)) return path + ": not a regular file";
   if (standard_stream_of(path) != nullptr) return path + ": the file stdout or stderr writes (a rename would cut it off)";
-  const std::filesystem::path target = follow_links(path);
-  const std::string folder = target.has_parent_path() ? target.parent_path().string() : ".";
+  const std::string target = follow_links(path);
   struct stat file {}, dir {};
-  if (::stat(target.c_str(), &file) == 0 && ::stat(folder.c_str(), &dir) == 0 &&
+  if (::stat(target.c_str(), &file) == 0 && ::stat(folder_of(target).c_str(), &dir) == 0 &&
       sticky_bit_forbids_rename(dir, file, ::geteuid()))
     return path + ": another user's file in a folder with the sticky bit (as /tmp): no rename may replace it";
   // The rename's new file (for a path that names nothing yet, output_file_problem checked that already).

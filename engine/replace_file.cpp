@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
-#include <filesystem>
 #include "engine/output_file.hpp"
 
 namespace lenet::engine {
@@ -101,8 +100,7 @@ std::string replace_file(const std::string& path, const void* data, size_t size,
   tmp.commit();
 
   // The rename itself is durable only once the folder is synced.
-  std::string folder = std::filesystem::path(target).parent_path().string();
-  if (folder.empty()) folder = ".";
+  const std::string folder = folder_of(target);
   const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) {
     const int err = errno;
