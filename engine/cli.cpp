@@ -63,11 +63,12 @@ void validate(const CliOptions& o) {
   // --num-gpus without --replicas sets the replica count; checked once the backend is known.
 }
 
-void check_replicas(int replicas, int batch) {
-  if (replicas > batch) {
-    throw UsageError(std::to_string(replicas) + " replicas for --batch-size " + std::to_string(batch) +
-                     ": every replica needs a row of a full minibatch (set --replicas)");
-  }
+// The replica count that --num-gpus, or the visible GPUs, gave where --replicas did not.
+void check_replicas(const CliOptions& o, int replicas) {
+  if (replicas <= o.train.batch_size) return;
+  const std::string from = o.num_gpus ? "--num-gpus " + std::to_string(*o.num_gpus) + " sets " : "one per visible GPU: ";
+  throw UsageError(from + std::to_string(replicas) + " replicas, more than --batch-size " +
+                   std::to_string(o.train.batch_size) + ": every replica needs a row of a full minibatch (set --replicas)");
 }
 
 std::unique_ptr<Backend> make_cpu_backend(const CliOptions& o, const std::vector<float>& start) {
@@ -86,7 +87,7 @@ std::unique_ptr<Backend> make_cuda_backend(const CliOptions& o, const CudaProbe&
                      " to place several replicas on the visible GPUs");
   }
   const int replicas = o.replicas.value_or(num_gpus);
-  check_replicas(replicas, o.train.batch_size);
+  check_replicas(o, replicas);
   const CudaPlacement placement = place(num_gpus, replicas, data, o.train.batch_size);
   std::vector<std::string> report;
   std::unique_ptr<Backend> backend;
@@ -156,14 +157,12 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
                  "Continue the run checkpointed in FILE up to --epochs in total, checkpointing to FILE unless --save is given")
       ->type_name("FILE");
   app.set_version_flag("--version", version_text());
+  if (const std::string problem = option_without_value(app, argc, argv); !problem.empty()) throw UsageError(problem);
   std::string parse_error;  // said after an empty value, which a check may have refused first
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    app.exit(e);
-    return std::nullopt;
-  } catch (const CLI::CallForVersion& e) {
-    app.exit(e);
+  } catch (const CLI::Success& e) {  // --help, --version
+    if (const std::string failed = print_help_or_version(app, e); !failed.empty()) throw std::runtime_error(failed);
     return std::nullopt;
   } catch (const CLI::ArgumentMismatch& e) {
     // CLI11 words a repeated flag as "--epochs: At Most 1 required but received 2": say so plainly.
@@ -201,14 +200,15 @@ namespace {
 // The first SIGINT/SIGTERM/SIGHUP (a closed terminal or ssh session) asks the training loop to stop after
 // its current step; a second one (engine::take_stop) ends the process at once. Only
 // async-signal-safe work happens in the handler.
-std::atomic<int> g_stop_signal{0};  // written by the handler of any thread (take_stop)
+StopRecord g_stop;  // written by the handler of any thread (take_stop)
+std::atomic<int>& g_stop_signal = g_stop.signal;  // the first stop's signal
 std::atomic<bool> g_stop_reported{false};
 static_assert(std::atomic<bool>::is_always_lock_free);
 volatile std::sig_atomic_t g_stderr_terminal = 0;  // the progress display may hold a live line there
 
 extern "C" void on_stop_signal(int signal) {
   if (g_stop_reported) return;
-  if (take_stop(g_stop_signal, signal)) {
+  if (take_stop(g_stop, signal)) {
     // The second signal: at once, leaving no half-written temporary checkpoint.
     remove_replacement_in_progress();
     char line[] = "\r\x1b[2Klenet-train: stopped at once by a second signal NN\n";
@@ -438,7 +438,7 @@ int run_cli(int argc, const char* const* argv) {
         throw UsageError("--num-gpus " + std::to_string(*o.num_gpus) + " sets the CPU's replica count, which differs from " +
                          std::to_string(*o.replicas) + " saved in --resume " + o.resume_path);
       }
-      check_replicas(o.replicas.value_or(o.num_gpus.value_or(1)), o.train.batch_size);
+      check_replicas(o, o.replicas.value_or(o.num_gpus.value_or(1)));
     }
     const io::FashionMnist data = [&] {
       try {

@@ -6,8 +6,12 @@
 #include <CLI/CLI.hpp>
 
 #include <charconv>
+#include <iostream>
 #include <limits>
+#include <sstream>
 #include <string>
+
+#include "engine/output_file.hpp"
 
 namespace lenet::engine {
 
@@ -19,6 +23,36 @@ inline std::string option_with_empty_value(const CLI::App& app) {
       if (value.empty()) return opt->get_name();
   }
   return "";
+}
+
+// CLI11 takes the argument after an option that wants a value as its value even when that argument is
+// another option ("--metrics --quiet" would write to a file named --quiet and leave --quiet unset), and
+// takes the next argument after "--metrics=" too. Both are refused before the parse: what is wrong with
+// the first such option, or "" when there is none. A value that starts as an option's name goes after "=".
+inline std::string option_without_value(const CLI::App& app, int argc, const char* const* argv) {
+  auto option = [&app](const std::string& arg) -> const CLI::Option* {
+    return arg.size() > 1 && arg[0] == '-' ? app.get_option_no_throw(arg.substr(0, arg.find('='))) : nullptr;
+  };
+  auto takes_value = [](const CLI::Option* opt) { return opt != nullptr && opt->get_expected_max() > 0; };
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;  // what follows is not an option
+    const size_t eq = arg.find('=');
+    if (eq != std::string::npos && eq + 1 == arg.size() && arg.rfind("--", 0) == 0 && takes_value(option(arg)))
+      return arg.substr(0, eq) + ": empty value";
+    if (eq == std::string::npos && takes_value(option(arg)) && i + 1 < argc && option(argv[i + 1]) != nullptr)
+      return arg + ": no value before the option " + argv[i + 1] + " (a value that is an option's name goes after =: " +
+             arg + "=" + argv[i + 1] + ")";
+  }
+  return "";
+}
+
+// What --help and --version print, on stdout, which must take it (as a run's final line): "" when
+// written, else "stdout: write failed (reason)".
+inline std::string print_help_or_version(const CLI::App& app, const CLI::ParseError& e) {
+  std::ostringstream text;
+  app.exit(e, text);
+  return write_all(std::cout, text.str(), "stdout");
 }
 
 // An optional sign and decimal digits without a leading zero, for a value from lo to hi (the option's

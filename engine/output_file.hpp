@@ -110,7 +110,8 @@ inline std::string temporary_name(const std::string& target, const std::string& 
 inline std::string new_file_problem(const std::string& path) {
   std::error_code ec;
   const std::filesystem::path file = std::filesystem::absolute(follow_links(path), ec), folder = file.parent_path();
-  if (ec || !std::filesystem::is_directory(folder, ec) || ::access(folder.c_str(), W_OK) != 0)
+  if (ec) return path + ": cannot find the current folder (" + ec.message() + ")";  // removed while running
+  if (!std::filesystem::is_directory(folder, ec) || ::access(folder.c_str(), W_OK) != 0)
     return path + ": cannot write into the folder " + folder.string();
   if (const size_t most = longest_name(folder); file.filename().string().size() > most)
     return path + ": a file name longer than the " + std::to_string(most) + " bytes its folder takes";

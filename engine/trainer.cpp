@@ -9,6 +9,9 @@
 #include <ostream>
 #include <stdexcept>
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
 #include "io/sampler.hpp"
@@ -53,11 +56,17 @@ class Progress {
     last_draw_ = now;
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(kWidth * done / total);
+    std::string line = "epoch " + std::to_string(epoch) + "/" + std::to_string(epochs_) + " [" +
+                       std::string(static_cast<size_t>(filled), '#') + std::string(static_cast<size_t>(kWidth - filled), '.') +
+                       "] " + std::to_string(done) + "/" + std::to_string(total) + " steps, " +
+                       fixed(seconds > 0 ? examples / seconds : 0.0, 0) + " examples/s";
+    // Within the terminal's width, read at every draw: "\x1b[2K" clears only the row the cursor is on,
+    // so the rows of a line that wrapped would stay behind.
+    struct winsize size {};
+    if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 1 && line.size() >= size.ws_col)
+      line.resize(size.ws_col - 1u);
     line_open_ = true;
-    write("\r\x1b[2Kepoch " + std::to_string(epoch) + "/" + std::to_string(epochs_) + " [" +
-          std::string(static_cast<size_t>(filled), '#') + std::string(static_cast<size_t>(kWidth - filled), '.') + "] " +
-          std::to_string(done) + "/" + std::to_string(total) + " steps, " +
-          fixed(seconds > 0 ? examples / seconds : 0.0, 0) + " examples/s");
+    write("\r\x1b[2K" + line);
   }
 
   void epoch_done(const EpochMetrics& m) {

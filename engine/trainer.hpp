@@ -69,7 +69,8 @@ struct TrainResult {
 };
 
 // Runs epochs up to options.epochs (from options.start_step). Progress goes to `progress` (a live line
-// on a terminal, plain lines otherwise) unless options.quiet. Throws TrainingStopped and
+// on a terminal, plain lines otherwise) unless options.quiet; `progress_is_terminal`: `progress` writes
+// the terminal that stderr is, whose width the live line keeps within. Throws TrainingStopped and
 // TrainingDiverged as described above.
 TrainResult train(Backend& backend, const io::FashionMnist& data, const TrainOptions& options, std::ostream& progress,
                   bool progress_is_terminal);

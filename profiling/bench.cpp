@@ -61,10 +61,11 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 // before it are shown and written, the row being measured is left out, and the status is 128 + the
 // signal. A second one (engine::take_stop, as in lenet-train) ends the process at once.
 // engine/stop_signals.hpp installs it.
-std::atomic<int> g_stop_signal{0};  // written by the handler of any thread (engine::take_stop)
+engine::StopRecord g_stop;  // written by the handler of any thread (engine::take_stop)
+std::atomic<int>& g_stop_signal = g_stop.signal;  // the first stop's signal
 
 extern "C" void on_stop_signal(int signal) {
-  if (engine::take_stop(g_stop_signal, signal)) {
+  if (engine::take_stop(g_stop, signal)) {
     engine::remove_replacement_in_progress();  // a result file being written stays as it was
     static const char line[] = "lenet-bench: stopped at once by a second signal\n";
     [[maybe_unused]] const ssize_t ignored = ::write(STDERR_FILENO, line, sizeof line - 1);
@@ -462,11 +463,18 @@ int main(int argc, char** argv) {
       ->type_name("FILE");
   app.set_version_flag("--version", std::string("lenet-bench ") + LENET_VERSION + " (" + engine::cuda_library_versions() +
                                         "; " + model::gemm_description() + ")");
+  if (const std::string problem = engine::option_without_value(app, argc, argv); !problem.empty()) {
+    say(problem);
+    return 2;
+  }
   std::string parse_error;  // said after an empty value, which a check may have refused first
   try {
     app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    const std::string failed = engine::print_help_or_version(app, e);
+    if (!failed.empty()) say("error: " + failed);
+    return failed.empty() ? 0 : 1;
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);
     parse_error = e.what();
   }
   if (const std::string flag = engine::option_with_empty_value(app); !flag.empty() || !parse_error.empty()) {

@@ -33,8 +33,12 @@ ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 def say(message):
     """One line on stderr, as lenet-train writes them: control characters from a file's name or contents
-    escaped."""
-    print(f"{PROG}: {one_line(message)}", file=sys.stderr)
+    escaped. A closed stderr is None, which print would take as stdout; a full one changes nothing."""
+    if sys.stderr is not None:
+        try:
+            print(f"{PROG}: {one_line(message)}", file=sys.stderr, flush=True)
+        except OSError:
+            pass
 
 
 def one_line(text):
@@ -56,6 +60,8 @@ class StdoutFailed(Exception):
 def print_out(line):
     """A line on stdout. A failed write (a reader that has gone, a full disk) raises StdoutFailed, which
     main's caller turns into one line and exit 1, as lenet-train does."""
+    if sys.stdout is None:  # closed when the program started
+        raise StdoutFailed("stdout: closed, nothing can be written to it")
     try:
         print(line, flush=True)
     except OSError as e:
@@ -237,7 +243,7 @@ def is_sample(path, rec):
     """Made-up data: a row named "... (sample)", or any record of a file in results/sample (as
     profiling/results/sample, whose metrics lines and timelines have no name to say it)."""
     name = rec.get("name")
-    folder = os.path.dirname(os.path.abspath(path))
+    folder = os.path.dirname(os.path.realpath(path))  # also reached through a symbolic link
     return ((isinstance(name, str) and "(sample)" in name)
             or (os.path.basename(folder) == "sample" and os.path.basename(os.path.dirname(folder)) == "results"))
 
@@ -269,7 +275,9 @@ def accuracy_series(bench, metrics):
     for path, row in bench:
         acc = row.get("test_acc_per_epoch")
         name = str(row.get("name") or row.get("impl"))
-        if isinstance(acc, list) and acc and not all(is_number(a) and 0 <= a <= 1 for a in acc):
+        if acc is not None and not isinstance(acc, list):
+            say(f"{path}: {name}: test_acc_per_epoch is not a list of accuracies; not drawn")
+        elif isinstance(acc, list) and acc and not all(is_number(a) and 0 <= a <= 1 for a in acc):
             say(f"{path}: {name}: test accuracies that are not numbers from 0 to 1; not drawn")
         elif isinstance(acc, list) and acc:
             entries.append((marked(name, is_sample(path, row)), path, row, list(range(1, len(acc) + 1)), acc))
@@ -331,7 +339,11 @@ def seconds_table(bench):
     the same series and replica count replaces an earlier one."""
     rows = []
     for p, r in bench:
-        if not (is_number(r.get("seconds_per_epoch")) and r["seconds_per_epoch"] > 0):
+        if "seconds_per_epoch" not in r:  # a row of accuracies only
+            continue
+        if not (is_number(r["seconds_per_epoch"]) and r["seconds_per_epoch"] > 0):
+            say(f"{p}: row {json.dumps(r.get('name'))}: seconds_per_epoch {json.dumps(r['seconds_per_epoch'])} is not "
+                "a time; left out of the seconds plot")
             continue
         if is_number(r.get("replicas")) and r["replicas"] >= 1 and float(r["replicas"]).is_integer():
             rows.append((p, r))
@@ -403,13 +415,16 @@ def pyplot():
     return plt
 
 
-def save(plt, fig, out_dir, name):
+def save(plt, fig, out_dir, name, tight=False):
     path = os.path.join(out_dir, name)
     try:
+        if tight:
+            fig.tight_layout()
         fig.savefig(path, dpi=120, bbox_inches="tight")
     except OSError as e:
         raise PlotError(f"{path}: cannot write ({e.strerror})", 1)
-    except ValueError as e:  # e.g. a figure of too many bars or panels: "Image size of ... is too large"
+    except (ValueError, IndexError, OverflowError) as e:
+        # e.g. a figure of too many bars or panels ("Image size of ... is too large"), or steps at 1e308
         raise PlotError(f"{path}: cannot draw ({e})", 1)
     finally:
         plt.close(fig)
@@ -492,8 +507,7 @@ def draw_timeline(plt, panels, out_dir):
         ax.set_ylabel("ms")
         ax.legend(fontsize="x-small", loc="upper right")
     axes[-1, 0].set_xlabel("step")
-    fig.tight_layout()
-    return save(plt, fig, out_dir, "timeline.png")
+    return save(plt, fig, out_dir, "timeline.png", tight=True)
 
 
 def main(argv):
@@ -501,6 +515,10 @@ def main(argv):
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the PNG files (created if missing)")
     p.add_argument("inputs", nargs="+", metavar="FILE_OR_DIR")
     args = p.parse_args(argv)
+    if args.out == "":
+        raise PlotError("--out: empty value")
+    if sys.stdout is None:  # closed: the lines naming what was written could not be
+        raise PlotError("stdout: closed, nothing can be written to it", 1)
 
     bench, metrics, timelines = load(args.inputs)
     acc = accuracy_series(bench, metrics)
@@ -533,6 +551,7 @@ if __name__ == "__main__":
         say("interrupted")
         sys.exit(130)
     except StdoutFailed as e:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        if sys.stdout is not None:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         say(str(e))
         sys.exit(1)

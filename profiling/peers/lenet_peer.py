@@ -13,19 +13,23 @@ Exit status: 0 done, 1 data or runtime error, 2 usage error; each error is one l
 """
 
 import argparse
+import contextlib
 import errno
 import gzip
 import json
 import math
 import os
 import re
+import stat
 import struct
 import sys
+import tempfile
 import time
 import zlib
 
 PROG = "lenet_peer"
 DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
+MAX_REPLICAS = 64  # lenet-bench's --replicas go to 64
 IMAGES_MAGIC = 0x00000803
 LABELS_MAGIC = 0x00000801
 SIDE = 28
@@ -63,7 +67,12 @@ def one_line(text):
 
 
 def fail(message, status):
-    print(f"{PROG}: {one_line(message)}", file=sys.stderr)
+    # A closed stderr is None, which print would take as stdout; a full one leaves the status as it is.
+    if sys.stderr is not None:
+        try:
+            print(f"{PROG}: {one_line(message)}", file=sys.stderr, flush=True)
+        except OSError:
+            pass
     sys.exit(status)
 
 
@@ -74,6 +83,8 @@ class StdoutFailed(Exception):
 def print_out(line):
     """A line on stdout. A failed write (a reader that has gone, a full disk) raises StdoutFailed: one line
     and exit 1, as lenet-train does."""
+    if sys.stdout is None:  # closed when the program started
+        raise StdoutFailed("stdout: closed, nothing can be written to it")
     try:
         print(line, flush=True)
     except OSError as e:
@@ -88,22 +99,32 @@ class OneLineParser(argparse.ArgumentParser):
         fail(f"{message} (see --help)", 2)
 
 
+def decimal(text):
+    """An integer flag's value as lenet-train reads one: an optional sign and decimal digits without a
+    leading zero, not Python's int() spellings (" 256", "1_0", other scripts' digits)."""
+    if text == "":
+        raise argparse.ArgumentTypeError("empty value")
+    if not re.fullmatch(r"[+-]?(0|[1-9][0-9]*)", text, re.ASCII):
+        raise argparse.ArgumentTypeError(f"{text} is not a decimal integer (digits without a leading zero)")
+    return int(text)
+
+
 def parse_args(argv):
     p = OneLineParser(prog=PROG, description="PyTorch peer of lenet-train (see profiling/peers/README.md)")
     p.add_argument("--variant", choices=["textbook", "graphs"], default="textbook")
-    p.add_argument("--num-gpus", type=int, default=None,
+    p.add_argument("--num-gpus", type=decimal, default=None,
                    help="use devices cuda:0..N-1 (default: all visible; cpu when CUDA is absent)")
-    p.add_argument("--replicas", type=int, default=None, help="replicas, replica i on device i mod N (default N)")
-    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--replicas", type=decimal, default=None, help="replicas, replica i on device i mod N (default N)")
+    p.add_argument("--batch-size", type=decimal, default=256)
     p.add_argument("--lr", default="0.2")  # text, to be shown as typed in an error
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--epochs", type=decimal, default=10)
+    p.add_argument("--seed", type=decimal, default=1)
     p.add_argument("--data-dir", default=None,
                    help=f"folder of the four IDX files (default: $LENET_DATA_DIR, else {DEFAULT_DATA_DIR})")
-    p.add_argument("--train-limit", type=int, default=None, help="use the first N training examples")
-    p.add_argument("--test-limit", type=int, default=None, help="use the first N test examples")
+    p.add_argument("--train-limit", type=decimal, default=None, help="use the first N training examples")
+    p.add_argument("--test-limit", type=decimal, default=None, help="use the first N test examples")
     p.add_argument("--json", default=None, metavar="FILE", help="write the benchmark row to FILE")
-    p.add_argument("--profile-steps", type=int, default=0, metavar="K",
+    p.add_argument("--profile-steps", type=decimal, default=0, metavar="K",
                    help="after training, profile K steps for the kernel, idle, launch and allreduce fields "
                         "(default 0: those fields are null)")
     p.add_argument("--quiet", action="store_true", help="no per-epoch lines on stderr")
@@ -112,8 +133,8 @@ def parse_args(argv):
     p.add_argument("--dump-params", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
 
-    if a.batch_size < 1:
-        raise UsageError(f"--batch-size {a.batch_size}: must be at least 1")
+    if not 1 <= a.batch_size <= 2 ** 31 - 1:  # lenet-train's range
+        raise UsageError(f"--batch-size {a.batch_size}: must be from 1 to 2147483647")
     # As lenet-train: the float32 the learning rate rounds to must be above 0 and finite.
     lr_text = a.lr
     if lr_text == "":
@@ -150,8 +171,11 @@ def parse_args(argv):
     for flag, path in (("--json", a.json), ("--dump-params", a.dump_params)):
         if path == "":
             raise UsageError(f"{flag}: empty value")
+        if path == "-":
+            raise UsageError(f"{flag} -: a file, not stdout (it is written to a new file renamed over it); for a file "
+                             "named -, give ./-")
         if path is not None:
-            folder = os.path.dirname(os.path.abspath(path))
+            folder = os.path.dirname(os.path.realpath(path))  # written through a symbolic link
             if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
                 raise DataError(f"{flag} {path}: folder {folder} does not exist or is not writable")
             # The file is replaced whole by a rename (the row twice: after training and after profiling),
@@ -701,13 +725,30 @@ def device_name(torch, devices):
 
 
 def write_json(path, obj):
-    tmp = f"{path}.tmp{os.getpid()}"
+    """obj in a new file renamed over `path` (over the file a symbolic link there names), so that a reader
+    finds the old row or the new one, never a part of one. The new file has the old one's permission bits,
+    else those a new file gets; a failed write leaves no temporary file."""
+    target = os.path.realpath(path)
+    tmp = None
     try:
-        with open(tmp, "w") as f:
+        fd, tmp = tempfile.mkstemp(prefix=".lenet_peer-", suffix=".tmp", dir=os.path.dirname(target))
+        with os.fdopen(fd, "w") as f:
+            try:
+                mode = stat.S_IMODE(os.stat(target).st_mode)
+            except FileNotFoundError:
+                umask = os.umask(0)
+                os.umask(umask)
+                mode = 0o666 & ~umask
+            os.fchmod(f.fileno(), mode)
             json.dump(obj, f, indent=1)
             f.write("\n")
-        os.replace(tmp, path)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
     except OSError as e:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         raise DataError(f"{path}: cannot write ({e.strerror})")
 
 
@@ -748,12 +789,16 @@ def choose_devices(torch, args):
     r = args.replicas if args.replicas is not None else n
     if r > args.batch_size:
         raise UsageError(f"{r} replicas is more than --batch-size {args.batch_size}")
+    if r > MAX_REPLICAS:
+        raise UsageError(f"{r} replicas: at most {MAX_REPLICAS}, as in lenet-bench's table")
     # Like the source text's try_gpu: without CUDA every requested device is the cpu.
     return [torch.device(f"cuda:{i % n}") if cuda else torch.device("cpu") for i in range(r)]
 
 
 def main(argv):
     args = parse_args(argv)
+    if sys.stdout is None:  # closed: the final line could not be written after the whole run
+        raise DataError("stdout: closed, nothing can be written to it")
     try:
         import torch
         import torch.nn.functional as F
@@ -841,5 +886,12 @@ if __name__ == "__main__":
     except KeyboardInterrupt:
         fail("interrupted", 130)
     except StdoutFailed as e:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        if sys.stdout is not None:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         fail(str(e), 1)
+    except MemoryError:
+        fail("out of host memory; try a smaller --batch-size or fewer --replicas", 1)
+    except RuntimeError as e:  # PyTorch's allocators say so in a RuntimeError (CUDA's: torch.cuda.OutOfMemoryError)
+        if "out of memory" not in str(e) and "can't allocate memory" not in str(e):
+            raise
+        fail(f"out of memory ({str(e).splitlines()[0]}); try a smaller --batch-size or fewer --replicas", 1)

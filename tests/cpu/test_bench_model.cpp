@@ -340,6 +340,12 @@ TEST_F(BenchTool, JsonIntoStdout) {
   EXPECT_EQ(WEXITSTATUS(std::system(full.c_str())), 1);
   EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("lenet-bench: error: stdout: write failed (No space left on device)"),
             std::string::npos) << lenet::testing::slurp(dir_ / "err");
+  // Nor the text of --help or --version.
+  for (const char* flag : {"--help", "--version"}) {
+    const std::string text = "'" LENET_BENCH_EXE "' " + std::string(flag) + " >/dev/full 2>'" + (dir_ / "err").string() + "'";
+    EXPECT_EQ(WEXITSTATUS(std::system(text.c_str())), 1) << flag;
+    EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: error: stdout: write failed (No space left on device)\n") << flag;
+  }
 }
 
 // Everything that could fail after the benchmark's minutes is checked first; a peer row from another
@@ -410,6 +416,11 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --lr 1e400: must be a decimal number that rounds to a finite float32 above 0 (1.4e-45 to 3.4e38 once rounded)\n");
   EXPECT_EQ(run_bench("--modes ''"), 2);
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --modes: empty value\n");
+  EXPECT_EQ(run_bench("--json= --no-trace"), 2);  // CLI11 would write the JSON to a file named --no-trace
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --json: empty value\n");
+  EXPECT_EQ(run_bench("--json --no-trace"), 2);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --json: no value before the option --no-trace (a value that "
+                                                 "is an option's name goes after =: --json=--no-trace)\n");
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.md").string() + "'"), 2);  // the --markdown file of `base`
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
             "lenet-bench: --json and --markdown name the same file " + (dir_ / "b.md").string() + "\n");

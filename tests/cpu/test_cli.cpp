@@ -2,6 +2,7 @@
 // prints the source text's final line and writes a metrics file with exactly the documented fields.
 #include <fcntl.h>
 #include <poll.h>
+#include <pty.h>
 #include <regex.h>
 #include <sched.h>
 #include <spawn.h>
@@ -163,6 +164,13 @@ TEST_F(Cli, HelpAndVersionExit0) {
   r = run("--version");
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.out.find("lenet-train"), std::string::npos) << r.out;
+  // A stdout that cannot take the text is an error, as for a run's final line.
+  for (const char* flag : {"--help", "--version"}) {
+    const std::string err = (dir_ / "full-err").string();
+    const int raw = std::system(("'" LENET_TRAIN_EXE "' " + std::string(flag) + " >/dev/full 2>'" + err + "'").c_str());
+    EXPECT_TRUE(WIFEXITED(raw) && WEXITSTATUS(raw) == 1) << flag << ": " << raw;
+    EXPECT_EQ(lenet::testing::slurp(err), "lenet-train: error: stdout: write failed (No space left on device)\n") << flag;
+  }
 }
 
 // lenet-train (and lenet-bench, the same way) runs the OpenBLAS kernels this CPU runs best where OpenBLAS
@@ -688,14 +696,37 @@ TEST_F(Cli, CorruptCheckpointExits1NamingIt) {
   EXPECT_NE(r.err.find(bad), std::string::npos) << r.err;
 }
 
+// A file named in a current folder that was removed (another shell's rm -r) cannot be written, and the
+// line says why, where the folder's name is empty.
+TEST_F(Cli, OutputInARemovedCurrentFolderIsRefusedBeforeTraining) {
+  for (const char* flag : {"--save", "--metrics"}) {
+    const Result r = run(std::string("--backend cpu --quiet --epochs 1 --train-limit 64 --test-limit 64 ") + flag + " x",
+                         "cd " + quoted(dir_.string()) + " && mkdir gone && cd gone && rmdir ../gone && ");
+    EXPECT_EQ(r.status, 1) << r.err;
+    EXPECT_EQ(r.err, std::string("lenet-train: error: x: cannot find the current folder (No such file or directory) (") + flag + ")\n");
+  }
+}
+
 TEST_F(Cli, OutputFlagsThatCannotBeHonouredAreRefusedBeforeTraining) {
   // Empty values, which CLI11 would read as 0 or as the default folder.
   for (const char* flag : {"--save", "--metrics", "--load", "--resume", "--data-dir", "--epochs", "--batch-size", "--lr",
                            "--seed", "--train-limit"})
     expect_usage_error(std::string("--backend cpu ") + flag + " ''", std::string(flag) + ": empty value");
-  // Also where a check of the value refuses it first.
+  // Also where a check of the value refuses it first, and written with "=", where CLI11 would take the
+  // next argument as the value.
   for (const char* flag : {"--backend", "--mode", "--num-gpus"})
     expect_usage_error(std::string(flag) + " ''", std::string(flag) + ": empty value");
+  for (const char* flag : {"--metrics", "--save", "--epochs", "--lr", "--data-dir"}) {
+    expect_usage_error(std::string("--backend cpu ") + flag + "= --quiet", std::string(flag) + ": empty value");
+    expect_usage_error(std::string("--backend cpu ") + flag + "=", std::string(flag) + ": empty value");
+  }
+  // A value left out: CLI11 would take the next option as the value (a metrics file named --quiet).
+  expect_usage_error("--backend cpu --metrics --quiet",
+                     "--metrics: no value before the option --quiet (a value that is an option's name goes after =: "
+                     "--metrics=--quiet)");
+  expect_usage_error("--save --lr=0.1", "--save: no value before the option --lr=0.1");
+  ASSERT_EQ(run("--backend cpu --quiet --epochs 1 --train-limit 64 --test-limit 64 --metrics=--quiet", "cd " + quoted(dir_.string()) + "; ").status, 0);
+  EXPECT_TRUE(fs::is_regular_file(dir_ / "--quiet"));
   const std::string a = (dir_ / "a.safetensors").string();
   ASSERT_EQ(run("--backend cpu --quiet --epochs 1 --train-limit 64 --test-limit 64 --save '" + a + "'").status, 0);
   // The metrics file cannot also be a checkpoint read or written (one would destroy the other).
@@ -820,15 +851,19 @@ TEST_F(Cli, DivergingRunExits1NamingTheEpoch) {
 }
 
 // The handlers' rule: the first stop is recorded; after it, an interrupt or another kind of signal ends
-// the run at once, a hangup or a termination request that comes again does not.
+// the run at once, a hangup or a termination request that comes again does not, and neither does an
+// interrupt within a tenth of a second of the first (timeout -s INT sends two).
 TEST(StopSignals, SecondStopRule) {
-  for (const auto& [first, then, at_once] : {std::tuple{SIGINT, SIGINT, true}, {SIGINT, SIGTERM, true}, {SIGTERM, SIGHUP, true},
-                                             {SIGTERM, SIGTERM, false}, {SIGHUP, SIGHUP, false}}) {
-    std::atomic<int> stop{0};
-    EXPECT_FALSE(lenet::engine::take_stop(stop, first));
-    EXPECT_EQ(stop, first);
-    EXPECT_EQ(lenet::engine::take_stop(stop, then), at_once) << first << " then " << then;
-    EXPECT_EQ(stop, first);  // the status stays the first signal's
+  constexpr int64_t kStart = 1'000'000'000, kSoon = kStart + 1000, kLater = kStart + lenet::engine::kSameInterruptNs;
+  for (const auto& [first, then, at, at_once] :
+       {std::tuple{SIGINT, SIGINT, kLater, true}, {SIGINT, SIGINT, kSoon, false}, {SIGINT, SIGTERM, kSoon, true},
+        {SIGTERM, SIGINT, kSoon, true}, {SIGTERM, SIGHUP, kLater, true}, {SIGTERM, SIGTERM, kLater, false},
+        {SIGHUP, SIGHUP, kLater, false}}) {
+    lenet::engine::StopRecord stop;
+    EXPECT_FALSE(lenet::engine::take_stop(stop, first, kStart));
+    EXPECT_EQ(stop.signal, first);
+    EXPECT_EQ(lenet::engine::take_stop(stop, then, at), at_once) << first << " then " << then << " after " << at - kStart << " ns";
+    EXPECT_EQ(stop.signal, first);  // the status stays the first signal's
   }
 }
 
@@ -838,7 +873,8 @@ TEST(StopSignals, SecondStopRule) {
 // a load and a store in place of the compare-exchange lose this about every other round here.
 TEST(StopSignals, TwoThreadsAtOnceMakeOneFirstStop) {
   constexpr int kRounds = 20000;
-  std::atomic<int> stop{0}, arrived{0};
+  lenet::engine::StopRecord stop;
+  std::atomic<int> arrived{0};
   bool at_once[2] = {false, false};
   auto meet = [&](int meeting) {  // both threads have arrived at meeting 1, 2, ... (two arrivals each)
     arrived.fetch_add(1);
@@ -854,7 +890,8 @@ TEST(StopSignals, TwoThreadsAtOnceMakeOneFirstStop) {
   });
   int wrong = 0;
   for (int round = 0; round < kRounds; ++round) {
-    stop = 0;
+    stop.signal = 0;
+    stop.first_ns = 0;
     meet(2 * round + 1);
     at_once[0] = lenet::engine::take_stop(stop, SIGTERM);
     meet(2 * round + 2);
@@ -1007,6 +1044,66 @@ TEST_F(Cli, TerminationSentTwiceCountsOnce) {
   EXPECT_EQ(r.status, 143) << r.err;
   EXPECT_EQ(r.err.find("stopped at once"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("checkpoint written to"), std::string::npos) << r.err;
+}
+
+// An interrupt that comes again within a tenth of a second of the first is the same stop (timeout -s INT
+// sends one to the process and one to its group): the checkpoint is written. One that comes later is a
+// second Ctrl-C and ends the run at once. One step per epoch of 20000 rows, a second or more here: the
+// second interrupt comes while the step that the first one waits for runs.
+TEST_F(Cli, InterruptRepeatedAtOnceCountsOnceAndLaterEndsTheRun) {
+  const std::string common = "--backend cpu --quiet --train-limit 20000 --batch-size 20000 --test-limit 100 --epochs 3 ";
+  const std::string m1 = (dir_ / "m1.jsonl").string(), m2 = (dir_ / "m2.jsonl").string(), ckpt = (dir_ / "c.safetensors").string();
+  Result r = run(common + "--metrics " + quoted(m1) + " --save " + quoted(ckpt), "",
+                 once_training(m1) + "kill -INT $pid; kill -INT $pid; wait $pid; exit $?");
+  EXPECT_EQ(r.status, 130) << r.err;
+  EXPECT_EQ(r.err.find("stopped at once"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("checkpoint written to"), std::string::npos) << r.err;
+  r = run(common + "--metrics " + quoted(m2), "", once_training(m2) + send_signal("INT") + "sleep 0.15; kill -INT $pid; wait $pid; exit $?");
+  EXPECT_EQ(r.status, 130) << r.err;
+  EXPECT_EQ(r.err, "lenet-train: stopped at once by a second signal 2\n");
+}
+
+// On a terminal the live progress line keeps within the terminal's width: "\x1b[2K" clears one row, and
+// the rows of a line that wrapped would stay behind. The run's stderr is a pseudo-terminal of 30 columns.
+TEST_F(Cli, LiveLineKeepsWithinTheTerminalWidth) {
+  int master = -1, slave = -1;
+  struct winsize size {};
+  size.ws_row = 24;
+  size.ws_col = 30;
+  ASSERT_EQ(::openpty(&master, &slave, nullptr, nullptr, &size), 0) << std::strerror(errno);
+  ::fcntl(master, F_SETFD, FD_CLOEXEC);
+  posix_spawn_file_actions_t actions;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  ::posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  ::posix_spawn_file_actions_adddup2(&actions, slave, STDERR_FILENO);
+  ::setenv("LENET_DATA_DIR", LENET_TEST_DATA_DIR, 1);
+  std::vector<std::string> args = {LENET_TRAIN_EXE, "--backend", "cpu", "--train-limit", "2000", "--test-limit", "100", "--epochs", "2"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int spawned = ::posix_spawn(&pid, LENET_TRAIN_EXE, &actions, nullptr, argv.data(), environ);
+  ::posix_spawn_file_actions_destroy(&actions);
+  ::close(slave);
+  ASSERT_EQ(spawned, 0) << std::strerror(spawned);
+  std::string said;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(master, buffer, sizeof buffer)) > 0 || (n < 0 && errno == EINTR);)  // EIO once it has gone
+    if (n > 0) said.append(buffer, static_cast<size_t>(n));
+  ::close(master);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << ": " << said;
+  int live = 0;
+  for (size_t at = said.find("\r\x1b[2K"); at != std::string::npos; at = said.find("\r\x1b[2K", at + 1)) {
+    const size_t start = at + 5, end = said.find_first_of("\r\n", start);
+    const std::string line = said.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (line.find(" [") == std::string::npos) continue;  // an epoch's line, which stays
+    ++live;
+    EXPECT_LE(line.size(), 29u) << line;
+  }
+  EXPECT_GE(live, 2) << said;  // an epoch's last step is always drawn
 }
 
 // Whether the thread `tid` of process `pid` has a signal sent to it that it has not taken yet.

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import resource
 import stat
 import struct
 import subprocess
@@ -43,9 +44,11 @@ def load_peer_module():
     return module
 
 
-def run_peer(*args, env=None):
+def run_peer(*args, env=None, limit_file_size=None):
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_file_size, limit_file_size))
     return subprocess.run([sys.executable, PEER, *args], capture_output=True, text=True, timeout=600,
-                          env=env)
+                          env=env, preexec_fn=None if limit_file_size is None else limit)
 
 
 def distance(a, b):
@@ -293,6 +296,7 @@ class PeerErrors(WithDataset):
             ["--train-limit", "0"], ["--lr", "1e39"], ["--lr", "1e-50"], ["--json", ""], ["--dump-params", ""],
             ["--seed", str(2 ** 40)],
             ["--num-gpus", "1000000000"],  # refused before a list of that many devices is made
+            ["--replicas", "65", "--batch-size", "256"], ["--batch-size", str(2 ** 31)], ["--json", "-"],
         ]
         for args in cases:
             with self.subTest(args=args):
@@ -302,6 +306,11 @@ class PeerErrors(WithDataset):
         for lr in ("fast", " 0.2", "0.2 ", "1_0", "\u0660.\u0662", "0x1p-3"):  # "1_0" would be 10 to float()
             self.assertIn(f"--lr {lr}: must be", self.assert_one_line(run_peer("--data-dir", self.data, "--lr", lr), 2))
         self.assertIn("--lr: empty value", self.assert_one_line(run_peer("--data-dir", self.data, "--lr", ""), 2))
+        # Integers as lenet-train reads them, not Python's int() spellings.
+        for value in ("1_0", " 2", "02", "\u0662", "0x2"):
+            self.assertIn(f"argument --epochs: {value} is not a decimal integer",
+                          self.assert_one_line(run_peer("--data-dir", self.data, "--epochs", value), 2))
+        self.assertIn("argument --epochs: empty value", self.assert_one_line(run_peer("--data-dir", self.data, "--epochs", ""), 2))
         # Not the folder LENET_DATA_DIR or the default names (a missing one here: no training run if taken).
         line = self.assert_one_line(run_peer("--data-dir", "", env=dict(os.environ, LENET_DATA_DIR=self.tmp.name + "/none")), 2)
         self.assertIn("--data-dir: empty value", line)
@@ -320,6 +329,52 @@ class PeerErrors(WithDataset):
             proc = subprocess.run([sys.executable, PEER, "--data-dir", self.data, "--json", out], stdout=f,
                                   stderr=subprocess.PIPE, text=True, timeout=600)
         self.assertIn("the file stdout or stderr writes", self.assert_one_line(proc, 1))
+
+    def test_closed_stdout_or_stderr(self):
+        # A closed stdout, which could not take the final line, is refused before the run; with a closed
+        # stderr, an error is not written on stdout instead (print takes a stream of None as stdout).
+        r = subprocess.run(["bash", "-c", 'exec "$0" "$1" --data-dir "$2" >&-', sys.executable, PEER, self.data],
+                           capture_output=True, text=True, timeout=600)
+        self.assertEqual(self.assert_one_line(r, 1), "lenet_peer: stdout: closed, nothing can be written to it")
+        r = subprocess.run(["bash", "-c", 'exec "$0" "$1" --data-dir "$2" --epochs 0 2>&-', sys.executable, PEER, self.data],
+                           capture_output=True, text=True, timeout=600)
+        self.assertEqual((r.returncode, r.stdout), (2, ""))
+
+    @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+    def test_json_row_replaces_the_file_a_link_names_with_its_bits(self):
+        # Through a symbolic link, a name as long as the folder takes (the temporary file's must fit too),
+        # the old file's permission bits kept, and nothing else left in the folder.
+        folder = os.path.join(self.tmp.name, "rows")
+        os.mkdir(folder)
+        target = os.path.join(folder, "c" * 250 + ".json")
+        with open(target, "w") as f:
+            f.write("{}\n")
+        os.chmod(target, 0o640)
+        link = os.path.join(folder, "link.json")
+        os.symlink(os.path.basename(target), link)
+        r = run_peer("--data-dir", self.data, "--epochs", "1", "--quiet", "--json", link,
+                     env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.islink(link))
+        self.assertEqual(stat.S_IMODE(os.stat(target).st_mode), 0o640)
+        with open(target) as f:
+            self.assertEqual(json.load(f)["name"], "pytorch-textbook R=1")
+        self.assertEqual(sorted(os.listdir(folder)), sorted([os.path.basename(target), "link.json"]))
+
+    @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+    def test_a_failed_json_write_leaves_the_old_row_and_no_temporary_file(self):
+        folder = os.path.join(self.tmp.name, "limited")
+        os.mkdir(folder)
+        js = os.path.join(folder, "r.json")
+        with open(js, "w") as f:
+            f.write('{"old": 1}\n')
+        # A file-size limit of 0 (the old file is there already): every write of a new file fails.
+        r = run_peer("--data-dir", self.data, "--epochs", "1", "--quiet", "--json", js,
+                     env=dict(os.environ, CUDA_VISIBLE_DEVICES=""), limit_file_size=0)
+        self.assertEqual(self.assert_one_line(r, 1), f"lenet_peer: {js}: cannot write (File too large)")
+        self.assertEqual(os.listdir(folder), ["r.json"])
+        with open(js) as f:
+            self.assertEqual(f.read(), '{"old": 1}\n')
 
     @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
     def test_diverged_run_is_an_error(self):
@@ -343,6 +398,7 @@ class PeerErrors(WithDataset):
                              stderr=subprocess.PIPE, text=True, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
         p.stdout.close()  # before the peer writes its first line
         err = p.stderr.read()
+        p.stderr.close()
         self.assertEqual(p.wait(timeout=600), 1, err)
         self.assertEqual(err, "lenet_peer: stdout: write failed (Broken pipe): its reader has gone\n")
 

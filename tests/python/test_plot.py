@@ -82,6 +82,20 @@ class PlotErrors(unittest.TestCase):
 
     def test_usage(self):
         self.assert_one_line_error(run_plot(SAMPLE), 2)  # --out missing
+        self.assertIn("--out: empty value", self.assert_one_line_error(run_plot("--out", "", SAMPLE), 2))
+
+    def test_closed_stdout_or_stderr(self):
+        # A closed stdout, which would lose the lines naming the files written, is refused first; with a
+        # closed stderr, an error is not written on stdout instead (print takes a stream of None as stdout).
+        with tempfile.TemporaryDirectory() as d:
+            r = subprocess.run(["bash", "-c", 'exec "$0" "$1" --out "$2" "$3" >&-', sys.executable, PLOT,
+                                os.path.join(d, "o"), SAMPLE], capture_output=True, text=True, timeout=300)
+            self.assertEqual(self.assert_one_line_error(r, 1), "plot.py: stdout: closed, nothing can be written to it")
+            self.assertFalse(os.path.exists(os.path.join(d, "o")))
+            r = subprocess.run(["bash", "-c", 'exec "$0" "$1" --out "$2" "$3" 2>&-', sys.executable, PLOT,
+                                os.path.join(d, "o"), os.path.join(d, "none.json")], capture_output=True, text=True,
+                               timeout=300)
+            self.assertEqual((r.returncode, r.stdout), (2, ""))
 
     def test_json_that_python_cannot_hold(self):
         cases = [("deep.json", "[" * 5000 + "]" * 5000, "nested too deeply"),
@@ -145,6 +159,7 @@ class PlotSample(unittest.TestCase):
                                  stderr=subprocess.PIPE, text=True)
             p.stdout.close()  # before plot.py writes its first "wrote" line
             err = p.stderr.read()
+            p.stderr.close()
             self.assertEqual(p.wait(timeout=300), 1, err)
             self.assertEqual(err, "plot.py: stdout: write failed (Broken pipe): its reader has gone\n")
 
@@ -155,6 +170,16 @@ class PlotSample(unittest.TestCase):
                                text=True, timeout=300)
             self.assertEqual(r.returncode, 1, r.stderr)
             self.assertEqual(r.stderr, "plot.py: stdout: write failed (No space left on device)\n")
+
+    def test_a_figure_that_cannot_be_drawn_is_one_line(self):
+        # Steps at the end of the float range: matplotlib's layout fails with an IndexError.
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "timeline-graph-r1.json")
+            with open(path, "w") as f:
+                json.dump({"mode": "graph", "steps": [{"step": 1e308, "busy_ms": 1, "idle_ms": 1}]}, f)
+            r = run_plot("--out", d, path)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertRegex(r.stderr, r"^plot.py: .*timeline.png: cannot draw \(.*\)\n$")
 
     def test_each_plot_only_when_its_data_exists(self):
         with tempfile.TemporaryDirectory() as d:
@@ -299,6 +324,16 @@ class AccuracySeries(PlotModule):
             self.assertGreater(options["bbox_to_anchor"][0], 1)
             self.assertLessEqual(n / options["ncol"], 20)
 
+    def test_rows_left_out_are_named(self):
+        rows = [("a.json", {"name": "a", "seconds_per_epoch": float("nan"), "replicas": 1, "test_acc_per_epoch": "0.5"})]
+        said = io.StringIO()
+        with contextlib.redirect_stderr(said):
+            self.assertEqual(self.plot.accuracy_series(rows, []), [])
+            self.assertEqual(self.plot.seconds_table(rows), {})
+        self.assertEqual(said.getvalue(), 'plot.py: a.json: a: test_acc_per_epoch is not a list of accuracies; not drawn\n'
+                                          'plot.py: a.json: row "a": seconds_per_epoch NaN is not a time; left out of the '
+                                          'seconds plot\n')
+
     def test_numbers_out_of_range_are_not_drawn(self):
         big = 10 ** 400  # valid JSON, beyond any float
         rows = [("a.json", {"name": "a", "test_acc_per_epoch": [0.5, 7.5]}),
@@ -410,6 +445,16 @@ class SampleIsMarked(PlotModule):
         self.assertEqual(len(titles), 2)
         for title in titles:
             self.assertRegex(title, r"^(naive|graph), R=2 \(sample\): ")
+
+    def test_sample_folder_through_a_link_is_marked(self):
+        with tempfile.TemporaryDirectory() as d:
+            link = os.path.join(d, "smp")
+            os.symlink(SAMPLE, link)
+            with contextlib.redirect_stderr(io.StringIO()):
+                bench, metrics, timelines = self.plot.load([link])
+            self.assertIn("cpu R=1 (sample)", [label for label, _, _ in self.plot.accuracy_series(bench, metrics)])
+            for panel in self.plot.timeline_panels(timelines):
+                self.assertIn("(sample)", self.plot.panel_title(panel))
 
     def test_only_samples_are_marked(self):
         row = {"name": "naive R=1", "impl": "lenet-dp", "mode": "naive", "replicas": 1, "seconds_per_epoch": 0.9}
