@@ -13,6 +13,7 @@ and writes, each only when its data is there:
                          of one epoch only where no run has more)
   seconds_per_epoch.png  seconds per epoch per implementation and replica count
   timeline.png           per step, busy time (kernels running) and idle time, one panel per timeline
+(one already in DIR that this run does not draw is named on stderr as an earlier run's, and left).
 Made-up data (a row named "... (sample)", or a file in a folder results/sample) is marked "(sample)" in
 each plot.
 Exit status: 0 done, 1 cannot write, 2 usage error, unreadable JSON or nothing usable; errors are one line.
@@ -532,12 +533,12 @@ def main(argv):
         os.makedirs(args.out, exist_ok=True)
     except OSError as e:
         raise PlotError(f"{args.out}: cannot create the output folder ({e.strerror})", 1)
-    if acc:
-        draw_accuracy(plt, acc, args.out)
-    if seconds:
-        draw_seconds(plt, seconds, args.out)
-    if panels:
-        draw_timeline(plt, panels, args.out)
+    for data, draw, name in ((acc, draw_accuracy, "accuracy.png"), (seconds, draw_seconds, "seconds_per_epoch.png"),
+                             (panels, draw_timeline, "timeline.png")):
+        if data:
+            draw(plt, data, args.out)
+        elif os.path.lexists(os.path.join(args.out, name)):  # beside this run's plots, it would pass for one
+            say(f"{os.path.join(args.out, name)}: from an earlier run (nothing to draw it from here); left as it is")
     return 0
 
 

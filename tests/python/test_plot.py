@@ -193,6 +193,12 @@ class PlotSample(unittest.TestCase):
             r = run_plot("--out", d, os.path.join(SAMPLE, "metrics-cpu-r1.jsonl"))
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(os.listdir(d), ["accuracy.png"])  # metrics lines carry no benchmark rows
+            self.assertEqual(r.stderr, "")
+            # A plot of an earlier run into the same folder is named as such.
+            r = run_plot("--out", d, os.path.join(SAMPLE, "timeline-naive.json"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stderr, f"plot.py: {os.path.join(d, 'accuracy.png')}: from an earlier run (nothing to "
+                                       "draw it from here); left as it is\n")
 
         with tempfile.TemporaryDirectory() as d:
             r = run_plot("--out", d, os.path.join(SAMPLE, "peer-pytorch-textbook-r1.json"))
