@@ -1063,6 +1063,19 @@ TEST_F(Cli, InterruptRepeatedAtOnceCountsOnceAndLaterEndsTheRun) {
   EXPECT_EQ(r.err, "lenet-train: stopped at once by a second signal 2\n");
 }
 
+// Starts lenet-train with `args` (LENET_DATA_DIR: the test data) and the file actions given, which it
+// destroys: 0 with `pid` set, or posix_spawn's error.
+int spawn_train(std::vector<std::string> args, posix_spawn_file_actions_t& actions, pid_t& pid) {
+  ::setenv("LENET_DATA_DIR", LENET_TEST_DATA_DIR, 1);
+  args.insert(args.begin(), LENET_TRAIN_EXE);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const int spawned = ::posix_spawn(&pid, LENET_TRAIN_EXE, &actions, nullptr, argv.data(), environ);
+  ::posix_spawn_file_actions_destroy(&actions);
+  return spawned;
+}
+
 // On a terminal the live progress line keeps within the terminal's width: "\x1b[2K" clears one row, and
 // the rows of a line that wrapped would stay behind. The run's stderr is a pseudo-terminal of 30 columns.
 TEST_F(Cli, LiveLineKeepsWithinTheTerminalWidth) {
@@ -1077,14 +1090,9 @@ TEST_F(Cli, LiveLineKeepsWithinTheTerminalWidth) {
   ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   ::posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
   ::posix_spawn_file_actions_adddup2(&actions, slave, STDERR_FILENO);
-  ::setenv("LENET_DATA_DIR", LENET_TEST_DATA_DIR, 1);
-  std::vector<std::string> args = {LENET_TRAIN_EXE, "--backend", "cpu", "--train-limit", "2000", "--test-limit", "100", "--epochs", "2"};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
   pid_t pid = 0;
-  const int spawned = ::posix_spawn(&pid, LENET_TRAIN_EXE, &actions, nullptr, argv.data(), environ);
-  ::posix_spawn_file_actions_destroy(&actions);
+  const int spawned =
+      spawn_train({"--backend", "cpu", "--train-limit", "2000", "--test-limit", "100", "--epochs", "2"}, actions, pid);
   ::close(slave);
   ASSERT_EQ(spawned, 0) << std::strerror(spawned);
   std::string said;
@@ -1132,15 +1140,10 @@ TEST_F(Cli, SignalWhileAWriteWaitsOnAFullPipeIsAStop) {
   ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   ::posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
   ::posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  ::setenv("LENET_DATA_DIR", LENET_TEST_DATA_DIR, 1);
-  std::vector<std::string> args = {LENET_TRAIN_EXE, "--backend", "cpu", "--quiet", "--train-limit", "1", "--batch-size", "1",
-                                   "--test-limit", "1", "--epochs", "1000000", "--metrics", "/dev/stdout"};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
   pid_t pid = 0;
-  const int spawned = ::posix_spawn(&pid, LENET_TRAIN_EXE, &actions, nullptr, argv.data(), environ);
-  ::posix_spawn_file_actions_destroy(&actions);
+  const int spawned = spawn_train({"--backend", "cpu", "--quiet", "--train-limit", "1", "--batch-size", "1", "--test-limit",
+                                   "1", "--epochs", "1000000", "--metrics", "/dev/stdout"},
+                                  actions, pid);
   ::close(fds[1]);
   if (spawned != 0) ::close(fds[0]);
   ASSERT_EQ(spawned, 0) << std::strerror(spawned);
