@@ -140,7 +140,9 @@ TEST(CudaLayers, ZeroRowsGiveZeroGradient) {
   gpu.forward(0);
   gpu.loss(0);
   gpu.backward(0);
-  for (float g : gpu.grad_buffer().download()) ASSERT_EQ(g, 0.0f);
+  const std::vector<float> grads = gpu.grad_buffer().download();
+  ASSERT_EQ(grads.size(), size_t(model::kNumParameters));
+  for (float g : grads) ASSERT_EQ(g, 0.0f);
   EXPECT_EQ(gpu.read_stats(cuda::CudaLenet::kTrainStats).loss_sum, 0.0);
 }
 

@@ -6,6 +6,7 @@ parameters up to float32 rounding. Skipped where torch is not importable; the GP
 absent. Run from the repository root: python3 -m unittest discover -s tests/python -v
 """
 
+import ctypes
 import importlib.util
 import json
 import math
@@ -455,16 +456,30 @@ class PeerErrors(WithDataset):
 
 
 def gpu_skip_reason():
-    """Why the GPU tests skip here, or None where they run: torch missing or built without CUDA, or no CUDA
-    device counted (torch counts none where no driver or device answers, and also where CUDA fails to
-    start). LENET_GPU_REQUIRED=1, which profiling/gpu-check.sh sets, makes each of those a failure. Where a
-    device is counted, a CUDA error in a test fails it."""
+    """Why the GPU tests skip here, or None where they run. As tests/gpu's rule, from the CUDA driver itself
+    (torch counts no device also where CUDA fails to start): they skip where no driver answers (no
+    libcuda.so.1, or cuInit's CUDA_ERROR_STUB_LIBRARY 34 or CUDA_ERROR_NO_DEVICE 100) and fail on any
+    other error, or on a driver that counts no device. They also skip where torch is missing or built
+    without CUDA; a torch that counts no device where the driver counts some fails them.
+    LENET_GPU_REQUIRED=1, which profiling/gpu-check.sh sets, makes each skip a failure."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return "no CUDA device: no CUDA driver (libcuda.so.1)"
+    rc = driver.cuInit(0)
+    if rc in (34, 100):
+        return f"no CUDA device: cuInit returned {rc}"
+    count = ctypes.c_int(0)
+    if rc != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
+        raise AssertionError(f"the CUDA driver does not start: cuInit returned {rc}, devices counted: {count.value}")
     if not HAVE_TORCH:
         return "torch is not importable"
     import torch
     if torch.version.cuda is None:
         return "torch is built without CUDA"
-    return "no CUDA device answers" if torch.cuda.device_count() == 0 else None
+    if torch.cuda.device_count() == 0:
+        raise AssertionError(f"the CUDA driver counts {count.value} device(s), torch {torch.__version__} none")
+    return None
 
 
 class PeerGpu(WithDataset):
@@ -472,6 +487,8 @@ class PeerGpu(WithDataset):
     several replicas on one GPU, and the profiled fields are filled."""
 
     def setUp(self):
+        if os.environ.get("LENET_PEER_GPU_ELSEWHERE") == "1":  # the test_python entry: test_python_gpu runs these
+            self.skipTest("run by the CTest entry test_python_gpu")
         reason = gpu_skip_reason()
         if reason is not None:
             if os.environ.get("LENET_GPU_REQUIRED") == "1":
