@@ -61,8 +61,6 @@ class StdoutFailed(Exception):
 def print_out(line):
     """A line on stdout. A failed write (a reader that has gone, a full disk) raises StdoutFailed, which
     main's caller turns into one line and exit 1, as lenet-train does."""
-    if sys.stdout is None:  # closed when the program started
-        raise StdoutFailed("stdout: closed, nothing can be written to it")
     try:
         print(line, flush=True)
     except OSError as e:
@@ -552,7 +550,6 @@ if __name__ == "__main__":
         say("interrupted")
         sys.exit(130)
     except StdoutFailed as e:
-        if sys.stdout is not None:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         say(str(e))
         sys.exit(1)

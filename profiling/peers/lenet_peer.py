@@ -83,8 +83,6 @@ class StdoutFailed(Exception):
 def print_out(line):
     """A line on stdout. A failed write (a reader that has gone, a full disk) raises StdoutFailed: one line
     and exit 1, as lenet-train does."""
-    if sys.stdout is None:  # closed when the program started
-        raise StdoutFailed("stdout: closed, nothing can be written to it")
     try:
         print(line, flush=True)
     except OSError as e:
@@ -886,8 +884,7 @@ if __name__ == "__main__":
     except KeyboardInterrupt:
         fail("interrupted", 130)
     except StdoutFailed as e:
-        if sys.stdout is not None:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         fail(str(e), 1)
     except MemoryError:
         fail("out of host memory; try a smaller --batch-size or fewer --replicas", 1)
