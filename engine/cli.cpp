@@ -201,7 +201,6 @@ namespace {
 // its current step; a second one (engine::take_stop) ends the process at once. Only
 // async-signal-safe work happens in the handler.
 StopRecord g_stop;  // written by the handler of any thread (take_stop)
-std::atomic<int>& g_stop_signal = g_stop.signal;  // the first stop's signal
 std::atomic<bool> g_stop_reported{false};
 static_assert(std::atomic<bool>::is_always_lock_free);
 volatile std::sig_atomic_t g_stderr_terminal = 0;  // the progress display may hold a live line there
@@ -372,8 +371,8 @@ int run_cli(int argc, const char* const* argv) {
   // A signal outside the training loop (while loading, setting up or evaluating) ends the run there.
   auto stopped = [](const char* when) {
     block_stop_signals();
-    say("stopped by signal " + std::to_string(g_stop_signal) + " " + when);
-    return 128 + static_cast<int>(g_stop_signal);
+    say("stopped by signal " + std::to_string(g_stop.signal) + " " + when);
+    return 128 + static_cast<int>(g_stop.signal);
   };
   prepare_output();
   g_stderr_terminal = ::isatty(STDERR_FILENO) == 1 ? 1 : 0;
@@ -449,7 +448,7 @@ int run_cli(int argc, const char* const* argv) {
         throw UsageError("--resume " + o.resume_path + ": the interrupted run's data set was larger (" + e.what() + ")");
       }
     }();
-    if (g_stop_signal != 0) return stopped("while loading the data");
+    if (g_stop.signal != 0) return stopped("while loading the data");
     if (const std::string problem = output_over_data_file({{"--save", o.save_path}, {"--metrics", metrics}}, data.files);
         !problem.empty())
       throw UsageError(problem);
@@ -476,7 +475,7 @@ int run_cli(int argc, const char* const* argv) {
     const std::vector<float> start = checkpoint ? checkpoint->parameters : model::init_parameters<float>(o.train.seed);
     const std::unique_ptr<Backend> backend =
         use_cuda ? make_cuda_backend(o, probe, data, start, std::cerr) : make_cpu_backend(o, start);
-    if (g_stop_signal != 0) return stopped("while setting up");
+    if (g_stop.signal != 0) return stopped("while setting up");
     // Also where stdout or stderr append to the file (`--metrics /dev/stdout >> m.jsonl`).
     if (o.train.start_step > 0 && !metrics.empty()) {
       if (const std::string mended = mend_last_line(metrics); !mended.empty()) say("--metrics " + metrics + ": " + mended);
@@ -500,7 +499,7 @@ int run_cli(int argc, const char* const* argv) {
     if (o.train.epochs == 0) {  // --epochs 0 --load FILE: evaluate only
       const double acc = static_cast<double>(backend->count_correct(data.test, o.train.batch_size)) /
                          static_cast<double>(data.test.size());
-      if (g_stop_signal != 0) return stopped("while evaluating");
+      if (g_stop.signal != 0) return stopped("while evaluating");
       return print_final(std::cout, final_line(acc, -1, backend->devices())) ? 0 : 1;
     }
     bool saved = false;
@@ -513,7 +512,7 @@ int run_cli(int argc, const char* const* argv) {
         saved = true;
       };
     }
-    o.train.stop_requested = [] { return static_cast<int>(g_stop_signal); };
+    o.train.stop_requested = [] { return static_cast<int>(g_stop.signal); };
     const bool terminal = ::isatty(STDERR_FILENO) == 1;
     try {
       const TrainResult result = train(*backend, data, o.train, std::cerr, terminal);
@@ -523,11 +522,11 @@ int run_cli(int argc, const char* const* argv) {
         return 1;
       // A signal during the last step or the last evaluation let the run complete; the status still says
       // it came, so that a script interrupted by it stops too.
-      if (g_stop_signal != 0) {
+      if (g_stop.signal != 0) {
         block_stop_signals();
-        say("stopped by signal " + std::to_string(g_stop_signal) + " after the run's last step: the run is complete" +
+        say("stopped by signal " + std::to_string(g_stop.signal) + " after the run's last step: the run is complete" +
             (saved ? ", checkpoint written to " + o.save_path : ""));
-        return 128 + static_cast<int>(g_stop_signal);
+        return 128 + static_cast<int>(g_stop.signal);
       }
       return 0;
     } catch (const TrainingStopped& e) {

@@ -36,13 +36,15 @@ inline std::string option_without_value(const CLI::App& app, int argc, const cha
   auto takes_value = [](const CLI::Option* opt) { return opt != nullptr && opt->get_expected_max() > 0; };
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--") break;  // what follows is not an option
+    if (arg == "--") break;  // what follows is not an option (where "--" is not an option's value)
     const size_t eq = arg.find('=');
     if (eq != std::string::npos && eq + 1 == arg.size() && arg.rfind("--", 0) == 0 && takes_value(option(arg)))
       return arg.substr(0, eq) + ": empty value";
-    if (eq == std::string::npos && takes_value(option(arg)) && i + 1 < argc && option(argv[i + 1]) != nullptr)
+    if (eq != std::string::npos || !takes_value(option(arg)) || i + 1 == argc) continue;
+    if (option(argv[i + 1]) != nullptr)
       return arg + ": no value before the option " + argv[i + 1] + " (a value that is an option's name goes after =: " +
              arg + "=" + argv[i + 1] + ")";
+    ++i;  // the value, "--" too
   }
   return "";
 }

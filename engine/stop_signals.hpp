@@ -1,9 +1,11 @@
 // How lenet-train and lenet-bench take a stop: one handler for SIGINT, SIGTERM and SIGHUP.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdint>
 #include <ctime>
+#include <initializer_list>
 
 namespace lenet::engine {
 
@@ -42,7 +44,7 @@ static_assert(std::atomic<int>::is_always_lock_free && std::atomic<int64_t>::is_
 inline bool take_stop(StopRecord& stop, int signal, int64_t now_ns = monotonic_ns()) {
   int first = 0;
   if (stop.signal.compare_exchange_strong(first, signal)) {
-    stop.first_ns = now_ns;
+    stop.first_ns = std::max<int64_t>(now_ns, 1);  // 0 says "not stored yet"
     return false;
   }
   const int64_t first_ns = stop.first_ns;

@@ -62,7 +62,6 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 // signal. A second one (engine::take_stop, as in lenet-train) ends the process at once.
 // engine/stop_signals.hpp installs it.
 engine::StopRecord g_stop;  // written by the handler of any thread (engine::take_stop)
-std::atomic<int>& g_stop_signal = g_stop.signal;  // the first stop's signal
 
 extern "C" void on_stop_signal(int signal) {
   if (engine::take_stop(g_stop, signal)) {
@@ -152,7 +151,7 @@ EpochRun run_epoch(engine::Backend& backend, const io::FashionMnist& data, const
   EpochRun r;
   const Clock::time_point t0 = Clock::now();
   for (size_t k = 0; k < sampler.num_batches(); ++k) {
-    if (g_stop_signal != 0 && step_starts == nullptr) throw Stopped{};  // a traced epoch runs on, to stop CUPTI
+    if (g_stop.signal != 0 && step_starts == nullptr) throw Stopped{};  // a traced epoch runs on, to stop CUPTI
     const io::BatchRange batch = sampler.batch(k);
     if (step_starts) step_starts->push_back(profiling::CuptiTrace::now());
     const Clock::time_point h0 = Clock::now();
@@ -598,7 +597,7 @@ int main(int argc, char** argv) {
     std::string left_out;  // what a stop left out
     for (const std::string& mode : o.modes)
       for (int r : o.replicas) {
-        if (g_stop_signal != 0 && left_out.empty()) left_out = "the rows from " + profiling::row_name(mode, r) + " on";
+        if (g_stop.signal != 0 && left_out.empty()) left_out = "the rows from " + profiling::row_name(mode, r) + " on";
         if (!left_out.empty()) continue;
         say(profiling::row_name(mode, r));
         nlohmann::json timeline;
@@ -614,9 +613,9 @@ int main(int argc, char** argv) {
           if (const std::string failed = write_output(timeline_path(mode, r), timeline.dump() + "\n"); !failed.empty())
             say(failed + "; that timeline is left out");
       }
-    if (g_stop_signal != 0 && rows.empty()) {
-      say("stopped by signal " + std::to_string(g_stop_signal) + " before a row was measured; nothing written");
-      return 128 + g_stop_signal;
+    if (g_stop.signal != 0 && rows.empty()) {
+      say("stopped by signal " + std::to_string(g_stop.signal) + " before a row was measured; nothing written");
+      return 128 + g_stop.signal;
     }
     rows.insert(rows.end(), peer_rows.begin(), peer_rows.end());
     std::string peer_notes;
@@ -669,7 +668,7 @@ int main(int argc, char** argv) {
     // A stop skips the sections not begun; the allreduce sweep, under way, completes (seconds), and the
     // projection's measurements stop.
     auto skip_when_stopped = [&](const char* section) {
-      if (g_stop_signal == 0) return false;
+      if (g_stop.signal == 0) return false;
       left_out += (left_out.empty() ? "" : ", ") + std::string(section);
       return true;
     };
@@ -692,10 +691,10 @@ int main(int argc, char** argv) {
     }
 #endif
     auto stop_note = [&] {
-      return "stopped by signal " + std::to_string(g_stop_signal) +
+      return "stopped by signal " + std::to_string(g_stop.signal) +
              (left_out.empty() ? " once the tables were complete" : "; left out: " + left_out);
     };
-    if (g_stop_signal != 0) {
+    if (g_stop.signal != 0) {
       md << "\n" << stop_note() << ".\n";
       out["stopped"] = stop_note();
     }
@@ -717,9 +716,9 @@ int main(int argc, char** argv) {
       if (path.empty()) continue;
       if (const std::string failed = write_output(path, text); !failed.empty()) throw output_error(failed, flag);
     }
-    if (g_stop_signal == 0) return 0;
+    if (g_stop.signal == 0) return 0;
     say(stop_note());  // a signal while writing too: the status says it came
-    return 128 + g_stop_signal;
+    return 128 + g_stop.signal;
   } catch (const std::exception& e) {
     say(std::string("error: ") + e.what());
     return 1;

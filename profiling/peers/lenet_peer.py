@@ -153,6 +153,9 @@ def parse_args(argv):
         raise UsageError(f"--num-gpus {a.num_gpus}: must be at least 1")
     if a.replicas is not None and a.replicas < 1:
         raise UsageError(f"--replicas {a.replicas}: must be at least 1")
+    for flag, v in (("--num-gpus", a.num_gpus), ("--replicas", a.replicas)):  # before a list of that many devices
+        if v is not None and v > MAX_REPLICAS:
+            raise UsageError(f"{flag} {v}: at most {MAX_REPLICAS}, as lenet-bench's table goes")
     if a.replicas is not None and a.replicas > a.batch_size:
         raise UsageError(f"--replicas {a.replicas} is more than --batch-size {a.batch_size}: "
                          "every replica needs a row of a full minibatch")
@@ -787,8 +790,6 @@ def choose_devices(torch, args):
     r = args.replicas if args.replicas is not None else n
     if r > args.batch_size:
         raise UsageError(f"{r} replicas is more than --batch-size {args.batch_size}")
-    if r > MAX_REPLICAS:
-        raise UsageError(f"{r} replicas: at most {MAX_REPLICAS}, as in lenet-bench's table")
     # Like the source text's try_gpu: without CUDA every requested device is the cpu.
     return [torch.device(f"cuda:{i % n}") if cuda else torch.device("cpu") for i in range(r)]
 

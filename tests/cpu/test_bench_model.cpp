@@ -276,10 +276,10 @@ TEST_F(BenchTool, StopKeepsTheRowsMeasuredBeforeIt) {
   // The shell waits for the second row's name in a fresh err: the one a run before left would end the
   // wait at once, while the new run has not yet truncated it, and the signal would come before the bench
   // has its handlers (it then dies of it, with nothing written).
-  auto run_stopped = [&](const std::string& kill) {
+  auto run_stopped = [&](const std::string& kill, const std::string& sizes = "--train-limit 2048 --batch-size 1024") {
     std::filesystem::remove(err);
-    const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1,2,3,4 "
-                            "--train-limit 2048 --batch-size 1024 --test-limit 64 --epochs 2 --json '" + json + "' >'" + out +
+    const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1,2,3,4 " +
+                            sizes + " --test-limit 64 --epochs 2 --json '" + json + "' >'" + out +
                             "' 2>'" + err + "' & pid=$!; while kill -0 $pid 2>/dev/null && ! grep -q 'cpu R=2' '" + err +
                             "' 2>/dev/null; do sleep 0.05; done; " + kill + "; wait $pid; exit $?";
     const int raw = std::system(cmd.c_str());
@@ -299,13 +299,14 @@ TEST_F(BenchTool, StopKeepsTheRowsMeasuredBeforeIt) {
   EXPECT_EQ(table.find("| " + next + " |"), std::string::npos) << table;
   EXPECT_NE(table.find(note + "."), std::string::npos) << table;
   // A hangup that comes again (a shell and a terminal both send one) counts once: the same stop. The
-  // second comes once the first is taken, while the step of the first one runs (a step of 1024 rows takes
-  // about 0.1 s here even without sanitizers): the bench is stopped at once, and a run that ended before
-  // that (a machine faster than the step) is an exit 99 here, not a pass without a second hangup.
+  // second comes once the first is taken, while the step of the first one runs (one step of 8192 rows
+  // per epoch, half a second or more here): the bench is stopped at once, and a run that ended before
+  // that is an exit 99 here, not a pass without a second hangup.
   std::filesystem::remove(json);
   EXPECT_EQ(run_stopped(lenet::testing::send_signal("HUP") +
-                        "kill -STOP $pid; ! grep -q '^State:.*zombie' /proc/$pid/status || exit 99; kill -HUP $pid; "
-                        "kill -CONT $pid"),
+                            "kill -STOP $pid; ! grep -q '^State:.*zombie' /proc/$pid/status || exit 99; kill -HUP $pid; "
+                            "kill -CONT $pid",
+                        "--train-limit 8192 --batch-size 8192"),
             129);
   EXPECT_TRUE(std::filesystem::exists(json));
   EXPECT_EQ(lenet::testing::slurp(err).find("at once"), std::string::npos) << lenet::testing::slurp(err);

@@ -473,10 +473,10 @@ def gpu_skip_reason():
     if rc != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
         raise AssertionError(f"the CUDA driver does not start: cuInit returned {rc}, devices counted: {count.value}")
     if not HAVE_TORCH:
-        return "torch is not importable"
+        return "no CUDA torch: torch is not importable"
     import torch
     if torch.version.cuda is None:
-        return "torch is built without CUDA"
+        return "no CUDA torch: torch is built without CUDA"
     if torch.cuda.device_count() == 0:
         raise AssertionError(f"the CUDA driver counts {count.value} device(s), torch {torch.__version__} none")
     return None
