@@ -727,7 +727,9 @@ TEST_F(Cli, OutputFlagsThatCannotBeHonouredAreRefusedBeforeTraining) {
                      "--metrics=--quiet)");
   expect_usage_error("--save --lr=0.1", "--save: no value before the option --lr=0.1");
   expect_usage_error("--metrics -- --save --quiet", "--save: no value before the option --quiet");  // "--": a value
-  ASSERT_EQ(run("--backend cpu --quiet --epochs 1 --train-limit 64 --test-limit 64 --metrics=--quiet", "cd " + quoted(dir_.string()) + "; ").status, 0);
+  ASSERT_EQ(run("--backend cpu --quiet --epochs 1 --train-limit 64 --test-limit 64 --metrics=--quiet",
+                "cd " + quoted(dir_.string()) + "; ").status,
+            0);
   EXPECT_TRUE(fs::is_regular_file(dir_ / "--quiet"));
   const std::string a = (dir_ / "a.safetensors").string();
   ASSERT_EQ(run("--backend cpu --quiet --epochs 1 --train-limit 64 --test-limit 64 --save '" + a + "'").status, 0);
