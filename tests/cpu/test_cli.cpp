@@ -1115,7 +1115,9 @@ TEST_F(Cli, InterruptRepeatedAtOnceCountsOnceAndLaterEndsTheRun) {
     while (going() && signal_pending(pid, 0)) ::usleep(1000);
     if (going()) ::kill(pid, SIGINT);
   }
-  if (!exited) ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  if (!exited) {
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  }
   const std::string said = lenet::testing::slurp(err);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130) << status << ": " << said;
   EXPECT_EQ(said.find("stopped at once"), std::string::npos) << said;
@@ -1219,8 +1221,9 @@ TEST_F(Cli, SignalWhileAWriteWaitsOnAFullPipeIsAStop) {
     ::usleep(20000);
   }
   EXPECT_EQ(unchanged, 10) << queued << " of " << capacity << " bytes in the pipe: " << lenet::testing::slurp(err);
-  if (const std::optional<bool> waits = writing_stdout(pid); waits.has_value() && !exited)
+  if (const std::optional<bool> waits = writing_stdout(pid); waits.has_value() && !exited) {
     EXPECT_TRUE(*waits) << "the run is not waiting in write(2) on its stdout, so the signal would not test that";
+  }
   if (!exited) {
     ::syscall(SYS_tgkill, pid, pid, SIGTERM);
     for (const auto deadline = Clock::now() + std::chrono::minutes(2); signal_pending(pid, pid) && left_ms(deadline) > 0;)
