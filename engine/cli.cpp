@@ -292,7 +292,8 @@ void apply_resume_state(CliOptions& o, const TrainingState& st) {
     if (given && differs) throw UsageError(flag + " differs from the value " + saved + " saved in --resume " + o.resume_path);
   };
   conflict(o.seed_given, o.train.seed != st.seed, "--seed", std::to_string(st.seed));
-  conflict(o.lr_given, o.train.lr != st.lr, "--lr", format_double(st.lr));
+  // Training steps with the float32 nearest the rate, so a value that rounds to the saved one's is the same run.
+  conflict(o.lr_given, static_cast<float>(o.train.lr) != static_cast<float>(st.lr), "--lr", format_double(st.lr));
   conflict(o.batch_given, o.train.batch_size != st.batch_size, "--batch-size", std::to_string(st.batch_size));
   conflict(o.replicas.has_value(), o.replicas.value_or(st.replicas) != st.replicas, "--replicas",
            std::to_string(st.replicas));

@@ -510,8 +510,8 @@ TEST_F(Cli, SaveResumeEqualsUninterruptedAndLoadEvaluates) {
   expect_usage_error("--backend cpu --quiet --train-limit 490 --test-limit 100 --epochs 3 --data-dir /nonexistent --resume '" +
                          b + "'",
                      "--train-limit differs from the value 500 saved in --resume");
-  // The interrupted run's own size, given again, is accepted.
-  r = run("--backend cpu --quiet --train-limit 500 --test-limit 100 --epochs 3 --resume '" + b + "' --save '" +
+  // The interrupted run's own size, given again, is accepted, and so is a rate that rounds to its float32.
+  r = run("--backend cpu --quiet --train-limit 500 --test-limit 100 --lr 0.200000001 --epochs 3 --resume '" + b + "' --save '" +
           (dir_ / "c.safetensors").string() + "'");
   EXPECT_EQ(r.status, 0) << r.err;
   // Other training examples (here one label changed) would continue another run: refused.
