@@ -218,6 +218,8 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
     if (r > 0) rows.push_back(r);
   }
   rows.push_back(max_rows_);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
   cudnnHandle_t h = ctx_.cudnn();
   size_t workspace = 0;
 
@@ -229,7 +231,7 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
   const model::LenetView<float> g = model::view(grads_.get());
 
   // The first candidate whose workspace query succeeds for every row count, within the cap, and that
-  // then runs once at the largest row count: a heuristic's list is not a promise that an algorithm
+  // then runs once at every row count: a heuristic's list is not a promise that an algorithm
   // runs under FMA math, and a failing cuDNN status here is a skipped candidate instead of a failed
   // training step (a fault on the device is sticky and still ends the run, named).
   // The descriptor's math type is CUDNN_FMA_MATH from the algorithm query on (the callers set it).
@@ -256,7 +258,6 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
         tried += name + why;
         continue;
       }
-      set_batch_descriptors(max_rows_);
       DeviceBuffer<char> scratch;
       try {
         scratch = DeviceBuffer<char>(ctx_.device(), std::max<size_t>(need, 1));
@@ -264,9 +265,17 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
         tried += name + "its workspace of " + std::to_string(need) + " bytes could not be allocated";
         continue;
       }
-      if (const cudnnStatus_t rc = run(algo, scratch.get(), need); rc != CUDNN_STATUS_SUCCESS) {
-        cudaGetLastError();  // a failed launch inside cuDNN must not surface at our next check
-        tried += name + "trial run: " + cudnnGetErrorString(rc);
+      for (int r : rows) {  // at every row count a step or an evaluation will use
+        set_batch_descriptors(r);
+        if (const cudnnStatus_t rc = run(algo, scratch.get(), need); rc != CUDNN_STATUS_SUCCESS) {
+          cudaGetLastError();  // a failed launch inside cuDNN must not surface at our next check
+          why = "trial run at " + std::to_string(r) + " rows: " + cudnnGetErrorString(rc);
+          break;
+        }
+      }
+      set_batch_descriptors(max_rows_);
+      if (!why.empty()) {
+        tried += name + why;
         continue;
       }
       LENET_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));  // before the scratch workspace is freed
