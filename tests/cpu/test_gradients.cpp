@@ -287,7 +287,8 @@ TEST(Gemm, BlasAndPortableAgreeForEveryTransposition) {
             }
           SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " beta=" +
                        std::to_string(beta) + " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
-          const bool c_is_zero = k == 0 && beta == 0.0;  // no relative error to take (C++17 lambdas cannot capture k)
+          // C = 0 exactly, with no relative error to take (a C++17 lambda cannot capture the binding k).
+          const bool c_is_zero = k == 0 && beta == 0.0;
           const auto expect_close = [&](const Vec& got, double bound) {
             if (c_is_zero)
               EXPECT_EQ(std::count(got.begin(), got.end(), 0.0), std::ptrdiff_t(got.size()));
