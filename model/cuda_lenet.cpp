@@ -254,31 +254,29 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
         if (!why.empty()) break;
         need = std::max(need, bytes);
       }
-      if (!why.empty()) {
-        tried += name + why;
-        continue;
-      }
       DeviceBuffer<char> scratch;
-      try {
-        scratch = DeviceBuffer<char>(ctx_.device(), std::max<size_t>(need, 1));
-      } catch (const CudaError&) {  // the check has cleared the allocation's error
-        tried += name + "its workspace of " + std::to_string(need) + " bytes could not be allocated";
-        continue;
+      if (why.empty()) {
+        try {
+          scratch = DeviceBuffer<char>(ctx_.device(), std::max<size_t>(need, 1));
+        } catch (const CudaError&) {  // the check has cleared the allocation's error
+          why = "its workspace of " + std::to_string(need) + " bytes could not be allocated";
+        }
       }
       for (int r : rows) {  // at every row count a step or an evaluation will use
+        if (!why.empty()) break;
         set_batch_descriptors(r);
         if (const cudnnStatus_t rc = run(algo, scratch.get(), need); rc != CUDNN_STATUS_SUCCESS) {
           cudaGetLastError();  // a failed launch inside cuDNN must not surface at our next check
           why = "trial run at " + std::to_string(r) + " rows: " + cudnnGetErrorString(rc);
-          break;
         }
       }
       set_batch_descriptors(max_rows_);
+      // Before the scratch workspace is freed: trials at other row counts may still run when one fails.
+      LENET_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
       if (!why.empty()) {
         tried += name + why;
         continue;
       }
-      LENET_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));  // before the scratch workspace is freed
       workspace = std::max(workspace, need);
       algorithms_ += std::string(algorithms_.empty() ? "" : ", ") + what + " " + std::to_string(algo);
       return algo;

@@ -1093,11 +1093,12 @@ TEST_F(Cli, InterruptRepeatedAtOnceCountsOnceAndLaterEndsTheRun) {
   ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   ::posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
   ::posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  std::vector<std::string> args;  // common's words, then the two files (whose names may hold spaces)
+  std::istringstream words(common);
+  for (std::string word; words >> word;) args.push_back(word);
+  args.insert(args.end(), {"--metrics", metrics, "--save", ckpt});
   pid_t pid = 0;
-  ASSERT_EQ(spawn_train({"--backend", "cpu", "--quiet", "--train-limit", "20000", "--batch-size", "20000", "--test-limit",
-                         "100", "--epochs", "3", "--metrics", metrics, "--save", ckpt},
-                        actions, pid),
-            0);
+  ASSERT_EQ(spawn_train(args, actions, pid), 0);
   int status = 0;
   bool exited = false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
