@@ -19,7 +19,8 @@
 # short, correctness first: "gputests sanitizers", then "accuracy experiment", then "sweep bench cpu",
 # each into its own OUTDIR; the build folder is reused when the tree is kept). Where only a few files
 # come back from the host, give a scratch OUTDIR and pack it afterwards: the budget ends every step in
-# time for that (e.g. LENET_CHECK_BUDGET=420 profiling/gpu-check.sh /tmp/gc; tar czf DEST.tgz -C /tmp/gc .).
+# time for that, and an outer timeout makes sure of it (e.g. LENET_CHECK_BUDGET=420 timeout -k 5 450
+# profiling/gpu-check.sh /tmp/gc; tar czf DEST.tgz -C /tmp/gc .).
 set -uo pipefail
 case ${1:-} in
   -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -105,7 +106,10 @@ nvidia-smi || echo "nvidia-smi: not available"
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+# The toolkit: CUDA_HOME, else /usr/local/cuda, else the folder above the nvcc on PATH.
 cuda_dir=${CUDA_HOME:-/usr/local/cuda}
+[[ -z ${CUDA_HOME:-} && ! -d $cuda_dir ]] && command -v nvcc >/dev/null &&
+  cuda_dir=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
 export PATH="$cuda_dir/bin:$PATH"
 # compute-sanitizer has a link in bin in the toolkit's usual layout; its own folder comes last, for others.
 [[ -x $cuda_dir/compute-sanitizer/compute-sanitizer ]] && export PATH="$PATH:$cuda_dir/compute-sanitizer"
@@ -206,29 +210,51 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
   phase tests && ctest_step "tests" 420 -j 4 --output-junit "$out/ctest.xml"
   # Only the GPU tests (the CPU suite is what CI runs on every change): the shortest check of the CUDA
   # paths. The accuracy test (ten epochs on the CPU as its reference) is a phase of its own.
-  phase gputests && ! phase tests && ctest_step "gpu tests" 240 -j 4 -L gpu -E '^test_cuda_accuracy$' \
+  # With the sanitizers to follow, they keep 180 s of what is left (the probe, four runs of 40 s), the
+  # tests at least 120.
+  gpu_limit=240
+  if phase sanitizers; then
+    gpu_limit=$(($(remaining) - 180))
+    ((gpu_limit > 240)) && gpu_limit=240
+    ((gpu_limit < 120)) && gpu_limit=120
+  fi
+  phase gputests && ! phase tests && ctest_step "gpu tests" "$gpu_limit" -j 4 -L gpu -E '^test_cuda_accuracy$' \
     --output-junit "$out/ctest-gpu.xml"
   phase accuracy && ! phase tests && ctest_step "accuracy test" 400 -R '^test_cuda_accuracy$' \
     --output-junit "$out/ctest-accuracy.xml"
   # compute-sanitizer on short runs of both modes (two replicas sharing GPU 0; 600 examples make two
   # full minibatches and a partial one), after the tests: their bit-for-bit comparisons are the only
-  # check of the ordering between streams (the ring's copies), which neither tool sees, and they take
-  # what they need; the four runs share what is left, at most 150 s each. A failed CUDA call in our code
-  # already fails the run itself; the sanitizer's verdict is about memory errors (memcheck) and
-  # shared-memory races (racecheck, hazards of error severity), not about the calls cuDNN and cuBLAS make
-  # and handle inside. Racecheck looks only at this project's kernels (namespace lenet): shared-memory
-  # hazards inside cuDNN's and cuBLAS's kernels are not ours to fix, and instrumenting them costs most of
-  # the step's time.
-  if ! phase sanitizers; then
-    :
-  elif command -v compute-sanitizer >/dev/null; then
+  # check of the ordering between streams (the ring's copies), which neither tool sees. The tests leave
+  # the sanitizer 180 s at least; its four runs share what is left, at most 150 s each. A failed CUDA
+  # call in our code already fails the run itself; the sanitizer's verdict is about memory errors
+  # (memcheck) and shared-memory races (racecheck, hazards of error severity), not about the calls cuDNN
+  # and cuBLAS make and handle inside. Racecheck looks only at kernels whose names hold "lenet" (kns: a
+  # substring of the name; ours, in namespace lenet): hazards inside cuDNN's and cuBLAS's kernels are not
+  # ours to fix, and instrumenting them costs most of the step's time.
+  if phase sanitizers && ! command -v compute-sanitizer >/dev/null; then
+    echo "compute-sanitizer: not found"
+    results+=("compute-sanitizer|not found")
+  elif phase sanitizers; then
+    # First whether it works here at all (on some virtual machines it refuses the device): the GPU probe
+    # test under memcheck. Its failure stands for the four runs, which are then left out.
+    step "sanitizer probe" 60 compute-sanitizer --tool memcheck --error-exitcode 99 "$build/tests/test_gpu_probe" \
+      --gtest_filter=CudaProbe.DeviceAnswersAndIsUsable
+    probe_rc=$?
+    last=$((${#results[@]} - 1))
+    case $probe_rc in
+      0 | 124 | 137) ;;  # passed, or its own line says it timed out
+      99) results[last]="sanitizer probe|errors found (exit 99)" ;;
+      *) [[ ${results[last]} == *skipped* ]] ||
+        results[last]="sanitizer probe|failed (exit $probe_rc): compute-sanitizer or the GPU unusable here (kernel $(uname -r)); no runs" ;;
+    esac
     sanitizer_help=$(compute-sanitizer --help 2>&1)
     # Where OpenBLAS takes its generic kernels, lenet-train starts itself again with others (README): the
     # runs under the sanitizer are given those from the start, so that the sanitizer sees one start.
     kernels=$("$train" --version 2>/dev/null | sed -n 's/.*CPU GEMM openblas, \(.*\) kernels).*/\1/p')
     sanitizer_env=(env)
     [[ -n $kernels ]] && sanitizer_env+=("OPENBLAS_CORETYPE=$kernels")
-    read -ra tools <<<"${LENET_CHECK_SANITIZERS:-memcheck racecheck}"
+    tools=()
+    ((probe_rc == 0 || probe_rc == 99)) && read -ra tools <<<"${LENET_CHECK_SANITIZERS:-memcheck racecheck}"
     runs_left=$((2 * ${#tools[@]}))
     for tool in "${tools[@]}"; do
       args=(--tool "$tool" --error-exitcode 99)
@@ -253,9 +279,6 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
         [[ -f $report ]] && tail -n 5 "$report"
       done
     done
-  else
-    echo "compute-sanitizer: not found"
-    results+=("compute-sanitizer|not found")
   fi
   # The source text's experiment. Two replicas use two GPUs where there are two, else share one.
   if ((gpus >= 2)); then r2=(--num-gpus 2); else r2=(--num-gpus 1 --replicas 2); fi

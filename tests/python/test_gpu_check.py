@@ -1,7 +1,12 @@
-"""profiling/gpu-check.sh's arguments: what it can check without a GPU. A run whose OUTDIR cannot hold
-the log and results, or with an unknown phase, must stop at once (exit 2), before building anything, and
-not spend a GPU session's minutes to keep nothing."""
+"""profiling/gpu-check.sh without a GPU. Its arguments: a run whose OUTDIR cannot hold the log and
+results, or with an unknown phase, must stop at once (exit 2), before building anything, and not spend a
+GPU session's minutes to keep nothing. Its steps, with stand-ins for nvidia-smi, CMake, CTest,
+compute-sanitizer and the programs: the time the GPU tests leave the sanitizer, and what the summary says
+when the sanitizer refuses the device or finds errors."""
 import os
+import re
+import shutil
+import stat
 import subprocess
 import tempfile
 import unittest
@@ -48,6 +53,122 @@ class GpuCheckArguments(unittest.TestCase):
         outdir = os.path.join(self.tmp.name, "out")
         self.assert_refused(check(outdir, env={"LENET_CHECK_PHASES": "sanitizers bogus"}), "unknown phase 'bogus'")
         self.assertFalse(os.path.exists(outdir))
+
+
+# Stand-ins: each logs its arguments (one line) to $STANDIN_LOG. cmake --build makes the two programs the
+# check runs; compute-sanitizer runs its program after its own options (each with a value), or exits with
+# $SANITIZER_EXIT where its arguments hold $SANITIZER_EXIT_ON.
+STANDINS = {
+    "nvidia-smi": """case "$*" in
+  *--query-gpu=name*) echo "NVIDIA H200" ;;
+  *driver_version*) echo 580.0 ;;
+  *compute_cap*) echo 9.0 ;;
+  -L) echo "GPU 0: NVIDIA H200 (UUID: GPU-0)" ;;
+esac""",
+    "nvcc": 'echo "Cuda compilation tools, release 13.0, V13.0.0"; echo "Build cuda_13.0"',
+    "cmake": """echo "cmake $*" >>"$STANDIN_LOG"
+[[ $1 == --version ]] && { echo "cmake version 3.31.6"; exit 0; }
+if [[ $1 == --build ]]; then
+  mkdir -p "$2/engine" "$2/tests"
+  for p in engine/lenet-train tests/test_gpu_probe; do
+    printf '#!/bin/bash\necho "%s $*" >>"$STANDIN_LOG"\n' "$p" >"$2/$p"
+    chmod +x "$2/$p"
+  done
+fi""",
+    "ctest": 'echo "ctest LENET_GPU_REQUIRED=${LENET_GPU_REQUIRED:-} $*" >>"$STANDIN_LOG"',
+    "compute-sanitizer": """[[ $1 == --help ]] && { echo "--report-api-errors --racecheck-detect-level --kernel-name"; exit 0; }
+echo "compute-sanitizer $*" >>"$STANDIN_LOG"
+[[ -n ${SANITIZER_EXIT:-} && "$*" == *${SANITIZER_EXIT_ON:-}* ]] && exit "$SANITIZER_EXIT"
+while [[ $1 == -* ]]; do
+  [[ $1 == --log-file ]] && echo "========= ERROR SUMMARY: 0 errors" >"$2"
+  [[ $1 == --*=* ]] && shift || shift 2
+done
+exec "$@"
+""",
+}
+
+
+class GpuCheckSteps(unittest.TestCase):
+    def setUp(self):
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.tmp = tmp.name
+        # A tree of its own: the script builds into the folder above its own.
+        os.makedirs(os.path.join(self.tmp, "tree", "profiling"))
+        self.script = shutil.copy(SCRIPT, os.path.join(self.tmp, "tree", "profiling"))
+        self.cuda = os.path.join(self.tmp, "cuda")
+        os.makedirs(os.path.join(self.cuda, "bin"))
+        for name, body in STANDINS.items():
+            path = os.path.join(self.cuda, "bin", name)
+            with open(path, "w") as f:
+                f.write("#!/bin/bash\n" + body + "\n")
+            os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+        self.log = os.path.join(self.tmp, "standins.log")
+        os.makedirs(os.path.join(self.tmp, "data"))
+
+    def run_check(self, budget, **env):
+        out = os.path.join(self.tmp, "out")
+        shutil.rmtree(out, ignore_errors=True)
+        open(self.log, "w").close()
+        proc = subprocess.run(
+            ["bash", self.script, out], capture_output=True, text=True, timeout=120,
+            env={**os.environ, "PATH": os.path.join(self.cuda, "bin") + ":" + os.environ["PATH"],
+                 "CUDA_HOME": self.cuda, "STANDIN_LOG": self.log, "LENET_DATA_DIR": os.path.join(self.tmp, "data"),
+                 "LENET_CHECK_PHASES": "gputests sanitizers", "LENET_CHECK_BUDGET": str(budget), **env})
+        with open(os.path.join(out, "summary.md")) as f:
+            summary = f.read()
+        with open(self.log) as f:
+            calls = f.read().splitlines()
+        return proc, summary, calls
+
+    def results(self, summary):
+        return dict(re.findall(r"^\| (.+?) \| (.+) \|$", summary, re.M)[1:])
+
+    def test_gpu_tests_leave_the_sanitizer_its_time(self):
+        for budget, most in ((420, 240), (300, 120)):  # 420 - 180 s, at most 240; 300 - 180 s, at least 120
+            with self.subTest(budget=budget):
+                proc, summary, calls = self.run_check(budget)
+                limit = int(re.search(r"=== gpu tests \(limit (\d+)s\)", proc.stdout).group(1))
+                self.assertLessEqual(limit, most)
+                self.assertGreaterEqual(limit, most - 5)  # the seconds the steps before it took
+                ctest = [c for c in calls if c.startswith("ctest ")]
+                self.assertEqual(len(ctest), 1, calls)
+                self.assertIn("LENET_GPU_REQUIRED=1 ", ctest[0])  # no device fails the tests
+                self.assertIn("-L gpu -E ^test_cuda_accuracy$", ctest[0])
+
+    def test_sanitizer_runs_with_each_tools_options(self):
+        proc, summary, calls = self.run_check(420)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        results = self.results(summary)
+        runs = ["sanitizer %s %s" % (tool, mode) for tool in ("memcheck", "racecheck") for mode in ("graph", "naive")]
+        self.assertEqual({k: results.get(k) for k in ["sanitizer probe"] + runs},
+                         dict.fromkeys(["sanitizer probe"] + runs, "ok"))
+        sanitized = [c for c in calls if c.startswith("compute-sanitizer ")]
+        self.assertEqual(len(sanitized), 5, calls)
+        self.assertIn("test_gpu_probe --gtest_filter=CudaProbe.DeviceAnswersAndIsUsable", sanitized[0])
+        for call in sanitized[1:]:
+            self.assertIn("--error-exitcode 99", call)
+            self.assertIn("lenet-train --backend cuda --mode", call)
+            self.assertEqual("--kernel-name kns=lenet" in call, "racecheck" in call, call)
+        # Each run's program was started (the sanitizer ran it).
+        self.assertEqual(sum(c.startswith("engine/lenet-train --backend cuda") for c in calls), 4, calls)
+
+    def test_a_sanitizer_that_refuses_the_device_is_one_line_and_no_runs(self):
+        proc, summary, calls = self.run_check(420, SANITIZER_EXIT="255", SANITIZER_EXIT_ON="test_gpu_probe")
+        self.assertEqual(proc.returncode, 1)
+        results = self.results(summary)
+        self.assertRegex(results["sanitizer probe"], r"^failed \(exit 255\): compute-sanitizer or the GPU unusable")
+        self.assertFalse([k for k in results if k.startswith("sanitizer ") and k != "sanitizer probe"], summary)
+        self.assertEqual([c for c in calls if c.startswith("compute-sanitizer ")][1:], [])
+
+    def test_errors_found_are_told_from_a_failed_run(self):
+        proc, summary, _ = self.run_check(420, SANITIZER_EXIT="99", SANITIZER_EXIT_ON="memcheck --error-exitcode 99 --report-api-errors no")
+        self.assertEqual(proc.returncode, 1)
+        results = self.results(summary)
+        self.assertEqual(results["sanitizer probe"], "ok")
+        self.assertEqual(results["sanitizer memcheck graph"], "errors found (exit 99)")
+        self.assertEqual(results["sanitizer memcheck naive"], "errors found (exit 99)")
+        self.assertEqual(results["sanitizer racecheck graph"], "ok")
 
 
 if __name__ == "__main__":
