@@ -76,7 +76,10 @@ if [[ $1 == --build ]]; then
   done
 fi""",
     "ctest": 'echo "ctest LENET_GPU_REQUIRED=${LENET_GPU_REQUIRED:-} $*" >>"$STANDIN_LOG"',
-    "compute-sanitizer": """[[ $1 == --help ]] && { echo "--report-api-errors --racecheck-detect-level --kernel-name"; exit 0; }
+    "compute-sanitizer": """if [[ $1 == --help ]]; then
+  echo "--report-api-errors --racecheck-detect-level --kernel-name"
+  exit 0
+fi
 echo "compute-sanitizer $*" >>"$STANDIN_LOG"
 [[ -n ${SANITIZER_EXIT:-} && "$*" == *${SANITIZER_EXIT_ON:-}* ]] && exit "$SANITIZER_EXIT"
 while [[ $1 == -* ]]; do
@@ -130,7 +133,7 @@ class GpuCheckSteps(unittest.TestCase):
                 proc, summary, calls = self.run_check(budget)
                 limit = int(re.search(r"=== gpu tests \(limit (\d+)s\)", proc.stdout).group(1))
                 self.assertLessEqual(limit, most)
-                self.assertGreaterEqual(limit, most - 5)  # the seconds the steps before it took
+                self.assertGreaterEqual(limit, most - 15)  # the seconds the steps before it took (a loaded machine)
                 ctest = [c for c in calls if c.startswith("ctest ")]
                 self.assertEqual(len(ctest), 1, calls)
                 self.assertIn("LENET_GPU_REQUIRED=1 ", ctest[0])  # no device fails the tests
@@ -162,7 +165,9 @@ class GpuCheckSteps(unittest.TestCase):
         self.assertEqual([c for c in calls if c.startswith("compute-sanitizer ")][1:], [])
 
     def test_errors_found_are_told_from_a_failed_run(self):
-        proc, summary, _ = self.run_check(420, SANITIZER_EXIT="99", SANITIZER_EXIT_ON="memcheck --error-exitcode 99 --report-api-errors no")
+        # The memcheck runs (the probe gives no --report-api-errors) find errors.
+        proc, summary, _ = self.run_check(420, SANITIZER_EXIT="99",
+                                          SANITIZER_EXIT_ON="memcheck --error-exitcode 99 --report-api-errors no")
         self.assertEqual(proc.returncode, 1)
         results = self.results(summary)
         self.assertEqual(results["sanitizer probe"], "ok")
