@@ -210,8 +210,8 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
   phase tests && ctest_step "tests" 420 -j 4 --output-junit "$out/ctest.xml"
   # Only the GPU tests (the CPU suite is what CI runs on every change): the shortest check of the CUDA
   # paths. The accuracy test (ten epochs on the CPU as its reference) is a phase of its own.
-  # With the sanitizers to follow, they keep 180 s of what is left (the probe, four runs of 40 s), the
-  # tests at least 120.
+  # With the sanitizers to follow, they keep 180 s of what is left (a short probe, then four runs of
+  # about 40 s), the tests at least 120.
   gpu_limit=240
   if phase sanitizers; then
     gpu_limit=$(($(remaining) - 180))
@@ -242,7 +242,8 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
     probe_rc=$?
     last=$((${#results[@]} - 1))
     case $probe_rc in
-      0 | 124 | 137) ;;  # passed, or its own line says it timed out
+      0) ;;
+      124 | 137) results[last]="sanitizer probe|timed out; no runs" ;;
       99) results[last]="sanitizer probe|errors found (exit 99)" ;;
       *) [[ ${results[last]} == *skipped* ]] ||
         results[last]="sanitizer probe|failed (exit $probe_rc): compute-sanitizer or the GPU unusable here (kernel $(uname -r)); no runs" ;;
