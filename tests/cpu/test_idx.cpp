@@ -233,6 +233,16 @@ TEST_F(IdxFiles, GzNameWithoutGzipContentIsRejected) {
   EXPECT_CONTAINS(msg, "not a gzip");
 }
 
+// A build without zlib (CI's clang stage) says what to do with a gzip file instead of misreading it.
+TEST_F(IdxFiles, GzipWithoutZlibSaysToGunzipIt) {
+  if (lenet::io::gzip_supported()) GTEST_SKIP() << "built with zlib, which reads gzip";
+  // A gzip header (magic 1f 8b, deflate, OS Unix) needs no zlib to write.
+  const std::string path = write_raw("img.gz", Bytes{0x1f, 0x8b, 0x08, 0, 0, 0, 0, 0, 0, 0x03});
+  const std::string msg = data_error_of([&] { lenet::io::read_idx_images(path); });
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "this build has no zlib: gunzip it first");
+}
+
 TEST_F(IdxFiles, TruncatedGzipIsRejected) {
   if (!lenet::io::gzip_supported()) GTEST_SKIP() << "built without zlib";
   Bytes gz = lenet::testing::read_bytes(write_gz("full.gz", idx_images(5)));
