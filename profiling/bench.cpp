@@ -372,14 +372,17 @@ double graph_step_seconds(int rows, const io::FashionMnist& data, const Options&
   return *r.seconds_per_epoch / steps;
 }
 
-// Links of the projection. NVLink: ~370 GB/s one-way peer writes and ~2 us peer latency measured by
-// others on H100 (../shared/CUDA-NOTES.md); PCIe 5.0 x16: 64 GB/s per direction by the specification,
-// ~50 GB/s achieved, ~5 us latency through the root complex (typical published measurements).
+// Links of the projection, with where their figures come from (printed with the table).
 struct Link {
   const char* name;
-  double alpha, beta;
+  double alpha, beta;  // seconds, bytes per second
+  const char* source;
 };
-constexpr Link kLinks[] = {{"NVLink (H100/H200)", 2e-6, 370e9}, {"PCIe 5.0 x16", 5e-6, 50e9}};
+constexpr Link kLinks[] = {
+    {"NVLink (H100/H200)", 2e-6, 370e9, "one-way peer writes and peer latency measured by others on H100"},
+    {"PCIe 5.0 x16", 5e-6, 50e9,
+     "64 GB/s per direction by the specification, about 50 achieved; latency through the root complex, "
+     "as typically published"}};
 
 // measured_step_latency: none where no ring of two members was measured (the sweep skipped by
 // --no-allreduce or a stop, --allreduce-replicas without 2, two GPUs without peer access); it is then
@@ -401,7 +404,11 @@ nlohmann::json project(const io::FashionMnist& data, const Options& o, std::opti
     md << "measured here: " << *measured_step_latency * 1e6 << " us";
   else
     md << "not measured: no ring of two members was measured; taken as 0";
-  md << "); no overlap of compute and allreduce, as in the graph mode.\n\n"
+  md << "); no overlap of compute and allreduce, as in the graph mode. Links:";
+  for (const Link& link : kLinks)
+    md << (&link == kLinks ? " " : "; ") << link.name << ", latency " << link.alpha * 1e6 << " us, "
+       << link.beta / 1e9 << " GB/s (" << link.source << ")";
+  md << ".\n\n"
      << "| link | R | s/epoch, batch " << o.batch_size << " per step | s/epoch, batch " << o.batch_size
      << " per GPU |\n|---|---|---|---|\n";
   for (const Link& link : kLinks) {
@@ -411,8 +418,9 @@ nlohmann::json project(const io::FashionMnist& data, const Options& o, std::opti
                                                                  r, bytes, alpha, link.beta);
       const double per_gpu = profiling::projected_epoch_seconds(std::ceil(n / (double(o.batch_size) * r)),
                                                                 step[o.batch_size], r, bytes, alpha, link.beta);
-      rows.push_back({{"link", link.name}, {"alpha", alpha}, {"beta", link.beta}, {"replicas", r},
-                      {"seconds_per_epoch_fixed_global_batch", per_step}, {"seconds_per_epoch_fixed_batch_per_gpu", per_gpu}});
+      rows.push_back({{"link", link.name}, {"link_source", link.source}, {"alpha", alpha}, {"beta", link.beta},
+                      {"replicas", r}, {"seconds_per_epoch_fixed_global_batch", per_step},
+                      {"seconds_per_epoch_fixed_batch_per_gpu", per_gpu}});
       char line[200];
       std::snprintf(line, sizeof line, "| %s | %d | %.3f | %.3f |\n", link.name, r, per_step, per_gpu);
       md << line;

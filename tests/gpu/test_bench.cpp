@@ -58,6 +58,9 @@ TEST_F(BenchTool, ShortRunFillsEveryColumn) {
   }
   EXPECT_GT(j["allreduce"].size(), 0u);
   EXPECT_EQ(j["projection"].size(), 8u);
+  for (const auto& p : j["projection"])
+    EXPECT_NE(output.find(p["link"].get<std::string>() + ", latency "), std::string::npos)
+        << "the projection's text gives each link's figures and their source\n" << output;
   EXPECT_GT(j["floor"]["seconds_at_peak_fp32"].get<double>(), 0.0);
   // Per-step timelines of both modes, from CUPTI; the graph mode's is traced second, where CUPTI 13.0's
   // correlation ids of graph launches are wrong (bench_model.hpp).
