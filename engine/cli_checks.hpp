@@ -27,8 +27,9 @@ inline std::string option_with_empty_value(const CLI::App& app) {
 
 // CLI11 takes the argument after an option that wants a value as its value even when that argument is
 // another option ("--metrics --quiet" would write to a file named --quiet and leave --quiet unset), and
-// takes the next argument after "--metrics=" too. Both are refused before the parse: what is wrong with
-// the first such option, or "" when there is none. A value that starts as an option's name goes after "=".
+// takes the next argument after "--metrics=" too; and it drops the empty items of a list ("1,,2" reads
+// as 1,2). All three are refused before the parse: what is wrong with the first such option, or "" when
+// there is none. A value that starts as an option's name goes after "=".
 inline std::string option_without_value(const CLI::App& app, int argc, const char* const* argv) {
   auto option = [&app](const std::string& arg) -> const CLI::Option* {
     return arg.size() > 1 && arg[0] == '-' ? app.get_option_no_throw(arg.substr(0, arg.find('='))) : nullptr;
@@ -37,14 +38,25 @@ inline std::string option_without_value(const CLI::App& app, int argc, const cha
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--") break;  // what follows is not an option (where "--" is not an option's value)
+    const CLI::Option* opt = option(arg);
+    if (!takes_value(opt)) continue;
     const size_t eq = arg.find('=');
-    if (eq != std::string::npos && eq + 1 == arg.size() && arg.rfind("--", 0) == 0 && takes_value(option(arg)))
-      return arg.substr(0, eq) + ": empty value";
-    if (eq != std::string::npos || !takes_value(option(arg)) || i + 1 == argc) continue;
-    if (option(argv[i + 1]) != nullptr)
-      return arg + ": no value before the option " + argv[i + 1] + " (a value that is an option's name goes after =: " +
-             arg + "=" + argv[i + 1] + ")";
-    ++i;  // the value, "--" too
+    std::string value;
+    if (eq != std::string::npos) {
+      if (eq + 1 == arg.size() && arg.rfind("--", 0) == 0) return arg.substr(0, eq) + ": empty value";
+      value = arg.substr(eq + 1);
+    } else {
+      if (i + 1 == argc) continue;
+      if (option(argv[i + 1]) != nullptr)
+        return arg + ": no value before the option " + argv[i + 1] +
+               " (a value that is an option's name goes after =: " + arg + "=" + argv[i + 1] + ")";
+      value = argv[++i];  // "--" too
+    }
+    const char delimiter = opt->get_delimiter();
+    if (delimiter != '\0' && !value.empty() &&
+        (value.front() == delimiter || value.back() == delimiter ||
+         value.find(std::string(2, delimiter)) != std::string::npos))
+      return arg.substr(0, eq) + ": an empty item in the list " + value;
   }
   return "";
 }

@@ -227,11 +227,13 @@ class PipeWriteEnd {
   std::string problem_;
 };
 
-// Whether `a` and `b` name one file, symbolic links followed: the same file when both exist, else the
-// same resolved path.
+// Whether `a` and `b` name one file, symbolic links followed: the same device and inode when both exist
+// (std::filesystem::equivalent refuses two pipes or devices, such as /dev/stdout twice on a terminal or
+// a pipe), else the same resolved path.
 inline bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
   std::error_code ec;
-  if (std::filesystem::exists(a, ec) && std::filesystem::exists(b, ec)) return std::filesystem::equivalent(a, b, ec);
   auto resolved = [&](const std::string& p) {
     return std::filesystem::weakly_canonical(std::filesystem::absolute(follow_links(p), ec), ec);
   };

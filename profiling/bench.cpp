@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -515,6 +516,10 @@ int main(int argc, char** argv) {
     say("--json and --markdown name the same file " + o.json_path);
     return 2;
   }
+  if (o.no_allreduce && app.count("--allreduce-replicas") > 0) {
+    say("--allreduce-replicas: the allreduce sweep is skipped by --no-allreduce");
+    return 2;
+  }
   for (int r : o.replicas)
     if (r > o.batch_size) {
       say("--replicas " + std::to_string(r) + " is larger than --batch-size " + std::to_string(o.batch_size));
@@ -569,7 +574,14 @@ int main(int argc, char** argv) {
           engine::read_without_waiting<std::runtime_error>(file, kLimit + 1, "the --peers file");
       if (bytes.size() > kLimit) throw std::runtime_error(file + ": larger than a peer row (over 1 MiB)");
       try {
-        const nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end());
+        // A repeated field is an error, not its last value (nlohmann's choice), which would hide the first.
+        std::set<std::string> fields;
+        const nlohmann::json j = nlohmann::json::parse(
+            bytes.begin(), bytes.end(), [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+              if (event == nlohmann::json::parse_event_t::key && depth == 1 && !fields.insert(parsed.get<std::string>()).second)
+                throw std::runtime_error("the field " + parsed.dump() + " is given twice");
+              return true;
+            });
         if (j.is_object() && j.contains("rows") && !j.contains("name"))
           throw std::runtime_error("a whole lenet-bench result, not one row; profiling/peers/lenet_peer.py --json writes a row");
         peer_rows.push_back(profiling::row_from_json(j));

@@ -150,9 +150,10 @@ std::vector<double> get_list(const nlohmann::json& j, const char* key, double hi
 
 // A name shown in a Markdown table cell and in messages: printable, on one line (nothing one_line escapes).
 std::string get_name(const nlohmann::json& j, const char* key) {
-  const std::string s = j.at(key).get<std::string>();
+  const nlohmann::json& v = j.at(key);
+  const std::string s = v.is_string() ? v.get<std::string>() : "";
   if (s.empty() || engine::one_line(s) != s)
-    throw std::runtime_error(std::string("\"") + key + "\" is " + j.at(key).dump() + ", not a name on one line");
+    throw std::runtime_error(std::string("\"") + key + "\" is " + v.dump() + ", not a name on one line");
   return s;
 }
 
@@ -214,8 +215,13 @@ BenchRow row_from_json(const nlohmann::json& j) {
   r.impl = get_name(j, "impl");
   r.mode = get_name(j, "mode");
   constexpr double kMostInt = std::numeric_limits<int>::max();
-  r.replicas = static_cast<int>(get_number(j, "replicas", 1, kMostInt, true));
-  r.devices = j.at("devices").get<std::vector<std::string>>();
+  r.replicas = static_cast<int>(get_number(j, "replicas", 1, 64, true));  // as lenet-bench and the peer go
+  // One device per replica.
+  const nlohmann::json& devices = j.at("devices");
+  if (!devices.is_array() || devices.size() != size_t(r.replicas))
+    throw std::runtime_error("\"devices\" is " + devices.dump() + ", not a list of one device per replica (" +
+                             std::to_string(r.replicas) + ")");
+  for (size_t i = 0; i < devices.size(); ++i) r.devices.push_back(get_name({{"devices", devices[i]}}, "devices"));
   r.batch_size = static_cast<int>(get_number(j, "batch_size", 1, kMostInt, true));
   r.lr = get_number(j, "lr", std::numeric_limits<double>::min(), std::numeric_limits<double>::max(), false);
   r.epochs = static_cast<int>(get_number(j, "epochs", 0, kMostInt, true));
@@ -232,6 +238,12 @@ BenchRow row_from_json(const nlohmann::json& j) {
   r.test_acc = get_opt(j, "test_acc", 1);
   r.test_acc_per_epoch = get_list(j, "test_acc_per_epoch", 1);
   r.epoch_seconds = get_list(j, "epoch_seconds", std::numeric_limits<double>::max());
+  // Every epoch that ran, where given.
+  using List = std::pair<const char*, const std::vector<double>&>;
+  for (const auto& [key, list] : {List{"test_acc_per_epoch", r.test_acc_per_epoch}, {"epoch_seconds", r.epoch_seconds}})
+    if (!list.empty() && list.size() != size_t(r.epochs))
+      throw std::runtime_error(std::string("\"") + key + "\" has " + std::to_string(list.size()) +
+                               " entries, not one per epoch (" + std::to_string(r.epochs) + ")");
   // Absent from rows made before it.
   if (j.contains("seconds_per_epoch_spread")) r.seconds_per_epoch_spread = get_opt(j, "seconds_per_epoch_spread");
   // A time or rate of 0 measures nothing (the table's ratios would divide by it), and a rate that is not

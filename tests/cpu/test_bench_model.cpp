@@ -143,8 +143,8 @@ BenchRow sample_row(const std::string& name, double seconds) {
 TEST(BenchModel, JsonRoundTripAndMarkdown) {
   const BenchRow a = sample_row("naive R=1", 2.0);
   BenchRow b = sample_row("graph R=2", 0.5);
-  b.epoch_seconds = {0.49, 0.51};
-  b.seconds_per_epoch_spread = epoch_spread(b.epoch_seconds);
+  b.epoch_seconds = {0.7, 0.49, 0.51};  // a warm-up epoch, then the timed ones
+  b.seconds_per_epoch_spread = epoch_spread({0.49, 0.51});
   const BenchRow back = row_from_json(to_json(b));
   EXPECT_EQ(to_json(back), to_json(b));
   EXPECT_TRUE(to_json(b)["idle_ms_per_step"].is_null());
@@ -156,7 +156,15 @@ TEST(BenchModel, JsonRoundTripAndMarkdown) {
   EXPECT_FALSE(row_from_json(missing).seconds_per_epoch_spread.has_value());
   // Numbers out of their field's range are refused by name, not converted (1e10 replicas into an int).
   for (const auto& [key, value, says] : std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
-           {"replicas", 1e10, "\"replicas\" is 10000000000.0, not an integer from 1 to 2147483647"},
+           {"replicas", 1e10, "\"replicas\" is 10000000000.0, not an integer from 1 to 64"},
+           {"replicas", 65, "\"replicas\" is 65, not an integer from 1 to 64"},
+           {"replicas", 1, "\"devices\" is [\"cuda:0\",\"cuda:0\"], not a list of one device per replica (1)"},
+           {"devices", nlohmann::json::array(), "\"devices\" is [], not a list of one device per replica (2)"},
+           {"devices", "cuda:0", "\"devices\" is \"cuda:0\", not a list of one device per replica (2)"},
+           {"devices", {"cuda:0", 1}, "\"devices\" is 1, not a name on one line"},
+           {"epochs", 2, "\"test_acc_per_epoch\" has 3 entries, not one per epoch (2)"},
+           {"epoch_seconds", {1.0, 1.0}, "\"epoch_seconds\" has 2 entries, not one per epoch (3)"},
+           {"name", 5, "\"name\" is 5, not a name on one line"},
            {"replicas", 1.5, "\"replicas\" is 1.5, not an integer"},
            {"batch_size", "256", "\"batch_size\" is \"256\", not an integer"},
            {"train_examples", 1e30, "\"train_examples\" is 1e+30, not an integer from 0 to 9007199254740992"},
@@ -429,6 +437,10 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.md").string() + "'"), 2);  // the --markdown file of `base`
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
             "lenet-bench: --json and --markdown name the same file " + (dir_ / "b.md").string() + "\n");
+  // Both to stdout, whatever it is: here /dev/null, a device (two devices were never the same file).
+  const std::string both = base.substr(0, base.find("--markdown")) + "--json - --markdown - >/dev/null 2>'" + err + "'";
+  EXPECT_EQ(WEXITSTATUS(std::system(both.c_str())), 2);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --json and --markdown name the same file /dev/stdout\n");
   // A diverged run is an error, not a row of meaningless times (one step per epoch: overflow in the second).
   EXPECT_EQ(run_bench("--lr 1e30"), 1);
   EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("lenet-bench: error: cpu R=1: the parameters became non-finite in epoch 2"),
@@ -436,6 +448,16 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
       << lenet::testing::slurp(dir_ / "err");
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --replicas 1,010"), 2);
   EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("--replicas: 010 is not a decimal integer"), std::string::npos);
+  EXPECT_EQ(run_bench("--no-allreduce --allreduce-replicas 4"), 2);  // contradictory, not one ignored
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
+            "lenet-bench: --allreduce-replicas: the allreduce sweep is skipped by --no-allreduce\n");
+  // An empty item of a list is refused, not dropped as CLI11 would.
+  for (const std::string list : {"1,,2", ",1", "1,"}) {
+    EXPECT_EQ(run_bench("--replicas " + list), 2) << list;
+    EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --replicas: an empty item in the list " + list + "\n");
+  }
+  EXPECT_EQ(run_bench("--modes=cpu,,cpu"), 2);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --modes: an empty item in the list cpu,,cpu\n");
   // The flag's own range, also beyond the type's (where CLI11 would only say "could not convert").
   EXPECT_EQ(run_bench("--replicas 1,-99999999999999999999"), 2);
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --replicas: -99999999999999999999 is out of range (1 to 64) (see --help)\n");
@@ -470,6 +492,13 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_EQ(run_bench("--peers '" + (dir_ / "same-name.json").string() + "'"), 1);
   text = lenet::testing::slurp(dir_ / "err");
   EXPECT_NE(text.find("same-name.json: its row is named \"cpu R=1\" as another row is"), std::string::npos) << text;
+  // A field given twice is refused, not taken at its last value.
+  std::string twice = to_json(peer).dump();
+  twice.insert(1, "\"epochs\": 7, ");
+  std::ofstream(dir_ / "twice.json") << twice;
+  EXPECT_EQ(run_bench("--peers '" + (dir_ / "twice.json").string() + "'"), 1);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: error: " + (dir_ / "twice.json").string() +
+                                                     ": not a peer row (the field \"epochs\" is given twice)\n");
   // A row of exactly 1 MiB (spaces after the JSON) is read; one byte more is refused.
   for (const size_t size : {size_t{1} << 20, (size_t{1} << 20) + 1}) {
     peer.name = "big";
