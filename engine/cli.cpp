@@ -165,11 +165,7 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
     if (const std::string failed = print_help_or_version(app, e); !failed.empty()) throw std::runtime_error(failed);
     return std::nullopt;
   } catch (const CLI::ArgumentMismatch& e) {
-    // CLI11 words a repeated flag as "--epochs: At Most 1 required but received 2": say so plainly.
-    const std::string what = e.what(), flag = what.substr(0, what.find(':'));
-    int given = 0;
-    for (int i = 1; i < argc; ++i) given += std::string(argv[i]).substr(0, std::string(argv[i]).find('=')) == flag;
-    throw UsageError(given > 1 ? flag + ": given more than once (see --help)" : what + " (see --help)");
+    throw UsageError(parse_error_text(e, argc, argv) + " (see --help)");
   } catch (const CLI::ParseError& e) {
     parse_error = e.what();
   }

@@ -61,6 +61,16 @@ inline std::string option_without_value(const CLI::App& app, int argc, const cha
   return "";
 }
 
+// CLI11's message for a failed parse, with a repeated flag said plainly (CLI11 words it as "--epochs: At
+// Most 1 required but received 2").
+inline std::string parse_error_text(const CLI::ParseError& e, int argc, const char* const* argv) {
+  const std::string what = e.what(), flag = what.substr(0, what.find(':'));
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) == nullptr) return what;
+  int given = 0;
+  for (int i = 1; i < argc; ++i) given += std::string(argv[i]).substr(0, std::string(argv[i]).find('=')) == flag;
+  return given > 1 ? flag + ": given more than once" : what;
+}
+
 // What --help and --version print, on stdout, which must take it (as a run's final line): "" when
 // written, else "stdout: write failed (reason)".
 inline std::string print_help_or_version(const CLI::App& app, const CLI::ParseError& e) {

@@ -483,7 +483,7 @@ int main(int argc, char** argv) {
     if (!failed.empty()) say("error: " + failed);
     return failed.empty() ? 0 : 1;
   } catch (const CLI::ParseError& e) {
-    parse_error = e.what();
+    parse_error = engine::parse_error_text(e, argc, argv);
   }
   if (const std::string flag = engine::option_with_empty_value(app); !flag.empty() || !parse_error.empty()) {
     say(flag.empty() ? parse_error + " (see --help)" : flag + ": empty value");

@@ -448,6 +448,8 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
       << lenet::testing::slurp(dir_ / "err");
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --replicas 1,010"), 2);
   EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("--replicas: 010 is not a decimal integer"), std::string::npos);
+  EXPECT_EQ(run_bench("--epochs 1 --epochs=2"), 2);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --epochs: given more than once (see --help)\n");
   EXPECT_EQ(run_bench("--no-allreduce --allreduce-replicas 4"), 2);  // contradictory, not one ignored
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
             "lenet-bench: --allreduce-replicas: the allreduce sweep is skipped by --no-allreduce\n");
