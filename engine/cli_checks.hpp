@@ -10,6 +10,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "engine/output_file.hpp"
 
@@ -41,22 +42,27 @@ inline std::string option_without_value(const CLI::App& app, int argc, const cha
     const CLI::Option* opt = option(arg);
     if (!takes_value(opt)) continue;
     const size_t eq = arg.find('=');
-    std::string value;
+    std::vector<std::string> values;
     if (eq != std::string::npos) {
       if (eq + 1 == arg.size() && arg.rfind("--", 0) == 0) return arg.substr(0, eq) + ": empty value";
-      value = arg.substr(eq + 1);
+      values.push_back(arg.substr(eq + 1));
     } else {
       if (i + 1 == argc) continue;
       if (option(argv[i + 1]) != nullptr)
         return arg + ": no value before the option " + argv[i + 1] +
                " (a value that is an option's name goes after =: " + arg + "=" + argv[i + 1] + ")";
-      value = argv[++i];  // "--" too
+      values.push_back(argv[++i]);  // "--" too
     }
+    // An option of several values takes the words up to the next option (--replicas 1,2 4).
+    while (opt->get_expected_max() > 1 && i + 1 < argc && std::string(argv[i + 1]) != "--" &&
+           option(argv[i + 1]) == nullptr)
+      values.push_back(argv[++i]);
     const char delimiter = opt->get_delimiter();
-    if (delimiter != '\0' && !value.empty() &&
-        (value.front() == delimiter || value.back() == delimiter ||
-         value.find(std::string(2, delimiter)) != std::string::npos))
-      return arg.substr(0, eq) + ": an empty item in the list " + value;
+    for (const std::string& value : values)
+      if (delimiter != '\0' && !value.empty() &&
+          (value.front() == delimiter || value.back() == delimiter ||
+           value.find(std::string(2, delimiter)) != std::string::npos))
+        return arg.substr(0, eq) + ": an empty item in the list " + value;
   }
   return "";
 }

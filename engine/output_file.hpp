@@ -227,12 +227,13 @@ class PipeWriteEnd {
   std::string problem_;
 };
 
-// Whether `a` and `b` name one file, symbolic links followed: the same device and inode when both exist
-// (std::filesystem::equivalent refuses two pipes or devices, such as /dev/stdout twice on a terminal or
-// a pipe), else the same resolved path.
+// Whether `a` and `b` name one file, symbolic links followed: the same inode when both exist (a pipe
+// too, which std::filesystem::equivalent refuses to compare) but for a character device such as a
+// terminal or /dev/null, which two outputs may share; else the same resolved path.
 inline bool same_file(const std::string& a, const std::string& b) {
   struct stat sa {}, sb {};
-  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0)
+    return !S_ISCHR(sa.st_mode) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
   std::error_code ec;
   auto resolved = [&](const std::string& p) {
     return std::filesystem::weakly_canonical(std::filesystem::absolute(follow_links(p), ec), ec);

@@ -512,7 +512,9 @@ int main(int argc, char** argv) {
     say("--lr " + o.lr_text + ": " + engine::kFloat32PositiveRule);
     return 2;
   }
-  if (!o.json_path.empty() && !o.markdown_path.empty() && engine::same_file(o.json_path, o.markdown_path)) {
+  const std::ostream* json_stream = engine::standard_stream_of(o.json_path);  // "-" twice: one stream, a terminal too
+  if (!o.json_path.empty() && ((json_stream != nullptr && json_stream == engine::standard_stream_of(o.markdown_path)) ||
+                               engine::same_file(o.json_path, o.markdown_path))) {
     say("--json and --markdown name the same file " + o.json_path);
     return 2;
   }
@@ -534,6 +536,10 @@ int main(int argc, char** argv) {
     }
     if (o.num_gpus > 0 && !wants_gpu) {
       say("--num-gpus " + std::to_string(o.num_gpus) + ": only the GPU modes place replicas on GPUs, and --modes has none");
+      return 2;
+    }
+    if (app.count("--allreduce-replicas") > 0 && !wants_gpu) {
+      say("--allreduce-replicas: the allreduce sweep runs on GPUs, and --modes has no GPU mode");
       return 2;
     }
     const int num_gpus = o.num_gpus > 0 ? o.num_gpus : std::max(1, probe.devices);

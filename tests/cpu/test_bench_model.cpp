@@ -437,10 +437,13 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.md").string() + "'"), 2);  // the --markdown file of `base`
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
             "lenet-bench: --json and --markdown name the same file " + (dir_ / "b.md").string() + "\n");
-  // Both to stdout, whatever it is: here /dev/null, a device (two devices were never the same file).
-  const std::string both = base.substr(0, base.find("--markdown")) + "--json - --markdown - >/dev/null 2>'" + err + "'";
+  // Both to stdout, whatever it is: here /dev/null, a device. Two outputs may share a device otherwise.
+  const std::string without_markdown = base.substr(0, base.find("--markdown"));
+  const std::string both = without_markdown + "--json - --markdown - >/dev/null 2>'" + err + "'";
   EXPECT_EQ(WEXITSTATUS(std::system(both.c_str())), 2);
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --json and --markdown name the same file /dev/stdout\n");
+  const std::string null_twice = without_markdown + "--json /dev/null --markdown /dev/null 2>'" + err + "'";
+  EXPECT_EQ(WEXITSTATUS(std::system(null_twice.c_str())), 0) << lenet::testing::slurp(dir_ / "err");
   // A diverged run is an error, not a row of meaningless times (one step per epoch: overflow in the second).
   EXPECT_EQ(run_bench("--lr 1e30"), 1);
   EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("lenet-bench: error: cpu R=1: the parameters became non-finite in epoch 2"),
@@ -453,9 +456,12 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_EQ(run_bench("--no-allreduce --allreduce-replicas 4"), 2);  // contradictory, not one ignored
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
             "lenet-bench: --allreduce-replicas: the allreduce sweep is skipped by --no-allreduce\n");
+  EXPECT_EQ(run_bench("--allreduce-replicas 4"), 2);  // `base` benchmarks the CPU only
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
+            "lenet-bench: --allreduce-replicas: the allreduce sweep runs on GPUs, and --modes has no GPU mode\n");
   // An empty item of a list is refused, not dropped as CLI11 would.
   for (const std::string list : {"1,,2", ",1", "1,"}) {
-    EXPECT_EQ(run_bench("--replicas " + list), 2) << list;
+    EXPECT_EQ(run_bench("--replicas 1 " + list), 2) << list;  // in a later word of the option's too
     EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --replicas: an empty item in the list " + list + "\n");
   }
   EXPECT_EQ(run_bench("--modes=cpu,,cpu"), 2);
