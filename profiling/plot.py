@@ -63,6 +63,9 @@ def print_out(line):
     main's caller turns into one line and exit 1, as lenet-train does."""
     try:
         print(line, flush=True)
+    except UnicodeEncodeError:  # a name that stdout's encoding cannot write (bytes that are not UTF-8)
+        encoding = sys.stdout.encoding or "utf-8"
+        print_out(line.encode(encoding, "backslashreplace").decode(encoding))
     except OSError as e:
         gone = ": its reader has gone" if e.errno == errno.EPIPE else ""
         raise StdoutFailed(f"stdout: write failed ({e.strerror}){gone}") from None
@@ -76,8 +79,10 @@ class OneLineParser(argparse.ArgumentParser):
 
 def text(name):
     """A name from the files as matplotlib text: a '$' in it is a dollar, not the start of a formula (the
-    axes' own labels, such as a log axis's 10^k, stay formulas)."""
-    return one_line(str(name)).replace("$", r"\$")
+    axes' own labels, such as a log axis's 10^k, stay formulas), and a leading '_' is shown (matplotlib
+    leaves a label that starts with one out of the legend)."""
+    shown = one_line(str(name)).replace("$", r"\$")
+    return " " + shown if shown.startswith("_") else shown
 
 
 def is_number(v):
@@ -111,7 +116,9 @@ def input_files(paths):
             files.append(path)
     for path in paths:
         if os.path.isdir(path):
-            for root, dirs, names in os.walk(path):
+            def unreadable(e):  # os.walk would leave the folder out, and its results with it
+                raise PlotError(f"{e.filename}: cannot read the folder ({e.strerror})")
+            for root, dirs, names in os.walk(path, onerror=unreadable):
                 dirs.sort()
                 for n in sorted(names):
                     if n.endswith((".json", ".jsonl")) and os.path.isfile(os.path.join(root, n)):
@@ -139,10 +146,10 @@ def parse_file(path):
             whole = e
             # A .json file may still be JSON Lines (several objects, one per line); if it is not, the
             # error of the whole document is the one worth reporting.
-            if len([l for l in text.splitlines() if l.strip()]) < 2:
+            if len([l for l in text.split("\n") if l.strip()]) < 2:
                 raise PlotError(f"{path}: unreadable JSON ({whole})")
     values = []
-    lines = text.splitlines()
+    lines = text.split("\n")  # not splitlines: U+2028 or U+0085 may stand in a JSON string
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -221,8 +228,9 @@ def metrics_runs(metrics):
     for path, m in metrics:
         key = (path,) + tuple(json.dumps(m.get(k)) for k in RUN_KEYS)
         epoch = m.get("epoch")
-        if not is_number(epoch) or not is_number(m.get("test_acc")) or not 0 <= m["test_acc"] <= 1:
-            say(f"{path}: a metrics line without a numeric epoch and a test_acc from 0 to 1; not drawn")
+        if (not is_number(epoch) or epoch < 1 or epoch != int(epoch) or not is_number(m.get("test_acc"))
+                or not 0 <= m["test_acc"] <= 1):
+            say(f"{path}: a metrics line without a whole epoch from 1 and a test_acc from 0 to 1; not drawn")
             continue
         if runs and runs[-1]["key"] == key and epoch > runs[-1]["epochs"][-1]:
             runs[-1]["epochs"].append(epoch)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLOT = os.path.join(ROOT, "profiling", "plot.py")
@@ -152,6 +153,14 @@ class PlotSample(unittest.TestCase):
                 self.assert_png(os.path.join(out, name))
                 self.assertIn(f"wrote {os.path.join(out, name)}", r.stdout)
             self.assertEqual(sorted(os.listdir(out)), ["accuracy.png", "seconds_per_epoch.png", "timeline.png"])
+
+    def test_a_name_that_stdout_cannot_encode_is_escaped(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "plots-\u00e9")
+            r = subprocess.run([sys.executable, PLOT, "--out", out, os.path.join(SAMPLE, "metrics-cpu-r1.jsonl")],
+                               capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONIOENCODING="ascii"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout, f"wrote {os.path.join(d, 'plots-')}\\xe9/accuracy.png\n")
 
     def test_a_reader_that_has_gone_is_one_line(self):
         with tempfile.TemporaryDirectory() as d:
@@ -308,6 +317,29 @@ class CutOffLine(PlotModule):
                 self.plot.parse_file(path)
 
 
+class Reading(PlotModule):
+    def test_lines_split_at_newlines_only(self):
+        # U+2028 and U+0085 may stand unescaped in a JSON string; str.splitlines would split there.
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "m.jsonl")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write('{"epoch": 1, "test_acc": 0.5, "mode": "a\u2028b\x85c"}\r\n{"epoch": 2, "test_acc": 0.6}\n')
+            self.assertEqual([v["epoch"] for v in self.plot.parse_file(path)], [1, 2])
+
+    def test_an_unreadable_folder_is_an_error(self):
+        # Not left out with its results (as root, who reads any folder, the refusal is simulated).
+        with tempfile.TemporaryDirectory() as d:
+            os.mkdir(os.path.join(d, "sub"))
+            real = os.scandir
+            def scandir(path="."):
+                if os.path.basename(path) == "sub":
+                    raise PermissionError(13, "Permission denied", path)
+                return real(path)
+            with mock.patch("os.scandir", scandir), self.assertRaises(self.plot.PlotError) as raised:
+                self.plot.input_files([d])
+            self.assertEqual(str(raised.exception), f"{os.path.join(d, 'sub')}: cannot read the folder (Permission denied)")
+
+
 class AccuracySeries(PlotModule):
     """plot.py's grouping of test accuracies into lines."""
 
@@ -360,12 +392,16 @@ class AccuracySeries(PlotModule):
                 ("b.json", {"name": "b", "test_acc_per_epoch": [0.5, big]}),
                 ("c.json", {"name": "c", "test_acc_per_epoch": [0.5, 0.6]})]
         metrics = [("m.jsonl", {"epoch": 1, "test_acc": -3}), ("m.jsonl", {"epoch": big, "test_acc": 0.5})]
-        self.assertEqual([(label, y) for label, _, y in self.plot.accuracy_series(rows, metrics)], [("c", [0.5, 0.6])])
+        metrics += [("n.jsonl", {"epoch": e, "test_acc": 0.5}) for e in (-5, 0, 0.5, 1.5)]  # epochs count from 1
+        with contextlib.redirect_stderr(io.StringIO()) as said:
+            self.assertEqual([(label, y) for label, _, y in self.plot.accuracy_series(rows, metrics)], [("c", [0.5, 0.6])])
+        self.assertEqual(said.getvalue().count("n.jsonl: a metrics line without a whole epoch from 1"), 4, said.getvalue())
         self.assertEqual(self.plot.timeline_panels([("t.json", {"mode": "graph", "steps": [
             {"step": 1, "busy_ms": -2.0, "idle_ms": 1.0}]})]), [])
 
     def test_names_are_text_and_axes_keep_their_formulas(self):
         self.assertEqual(self.plot.text("cost $5 vs $_"), "cost \\$5 vs \\$_")
+        self.assertEqual(self.plot.text("_fast"), " _fast")  # a leading '_' would hide it from the legend
         if HAVE_MATPLOTLIB:  # a log axis labels its ticks 10^k as formulas: math must stay on
             import matplotlib
             self.plot.pyplot()
