@@ -513,8 +513,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::ostream* json_stream = engine::standard_stream_of(o.json_path);  // "-" twice: one stream, a terminal too
-  if (!o.json_path.empty() && ((json_stream != nullptr && json_stream == engine::standard_stream_of(o.markdown_path)) ||
-                               engine::same_file(o.json_path, o.markdown_path))) {
+  if (!o.json_path.empty() && !o.markdown_path.empty() &&
+      ((json_stream != nullptr && json_stream == engine::standard_stream_of(o.markdown_path)) ||
+       engine::same_file(o.json_path, o.markdown_path))) {
     say("--json and --markdown name the same file " + o.json_path);
     return 2;
   }
