@@ -6,13 +6,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <set>
 #include <system_error>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/numbers.hpp"
 #include "engine/read_file.hpp"
+#include "engine/strict_json.hpp"
 #include "io/sampler.hpp"
 #include "model/lenet.hpp"
 
@@ -141,27 +141,13 @@ class HeaderReader {
   [[noreturn]] void fail(const std::string& problem) const { throw CheckpointError(name_ + ": " + problem); }
 
   nlohmann::json parse(const uint8_t* begin, const uint8_t* end) const {
-    // The callback rejects what nlohmann would otherwise accept silently: a repeated key (it keeps the
-    // last, hiding the first) and nesting deeper than a checkpoint header's three levels (a 1 MiB header
-    // of '[' would otherwise build half a million nested values).
-    int level = 0;
-    std::set<std::string> keys[3];
-    auto callback = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-      using E = nlohmann::json::parse_event_t;
-      if (event == E::object_start || event == E::array_start) {
-        if (++level > 3) fail("header is nested deeper than a checkpoint header (3 levels)");
-        if (level < 3) keys[level].clear();
-      } else if (event == E::object_end || event == E::array_end) {
-        --level;
-      } else if (event == E::key && level < 3 && parsed.is_string()) {
-        if (!keys[level].insert(parsed.get_ref<const std::string&>()).second) {
-          fail("header repeats the key " + parsed.dump());
-        }
-      }
-      return true;
+    // A checkpoint header has three levels: the header, a tensor's entry, its shape or offsets.
+    auto refuse = [this](const std::string& repeated_key) {
+      if (repeated_key.empty()) fail("header is nested deeper than a checkpoint header (3 levels)");
+      fail("header repeats the key " + repeated_key);
     };
     try {
-      return nlohmann::json::parse(begin, end, callback);
+      return parse_strict_json(begin, end, 3, refuse);
     } catch (const nlohmann::json::exception& e) {
       fail("header is not valid JSON (" + printable(e.what()) + ")");  // nlohmann quotes the bytes it read
     }

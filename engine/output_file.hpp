@@ -227,10 +227,12 @@ class PipeWriteEnd {
   std::string problem_;
 };
 
-// Whether `a` and `b` name one file, symbolic links followed: the same inode when both exist (a pipe
-// too, which std::filesystem::equivalent refuses to compare) but for a character device such as a
-// terminal or /dev/null, which two outputs may share; else the same resolved path.
+// Whether `a` and `b` name one file, symbolic links followed: one standard stream ("-" twice, a
+// terminal too); the same inode when both exist (a pipe too, which std::filesystem::equivalent refuses
+// to compare) but for a character device such as a terminal or /dev/null, which two outputs may share;
+// else the same resolved path.
 inline bool same_file(const std::string& a, const std::string& b) {
+  if (const std::ostream* stream = standard_stream_of(a); stream != nullptr && stream == standard_stream_of(b)) return true;
   struct stat sa {}, sb {};
   if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0)
     return !S_ISCHR(sa.st_mode) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;

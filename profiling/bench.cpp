@@ -13,10 +13,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -34,6 +34,7 @@
 #include "engine/read_file.hpp"
 #include "engine/replace_file.hpp"
 #include "engine/stop_signals.hpp"
+#include "engine/strict_json.hpp"
 #include "graphs/have_cuda.hpp"
 #include "io/dataset.hpp"
 #include "io/sampler.hpp"
@@ -512,10 +513,7 @@ int main(int argc, char** argv) {
     say("--lr " + o.lr_text + ": " + engine::kFloat32PositiveRule);
     return 2;
   }
-  const std::ostream* json_stream = engine::standard_stream_of(o.json_path);  // "-" twice: one stream, a terminal too
-  if (!o.json_path.empty() && !o.markdown_path.empty() &&
-      ((json_stream != nullptr && json_stream == engine::standard_stream_of(o.markdown_path)) ||
-       engine::same_file(o.json_path, o.markdown_path))) {
+  if (!o.json_path.empty() && !o.markdown_path.empty() && engine::same_file(o.json_path, o.markdown_path)) {
     say("--json and --markdown name the same file " + o.json_path);
     return 2;
   }
@@ -581,14 +579,9 @@ int main(int argc, char** argv) {
           engine::read_without_waiting<std::runtime_error>(file, kLimit + 1, "the --peers file");
       if (bytes.size() > kLimit) throw std::runtime_error(file + ": larger than a peer row (over 1 MiB)");
       try {
-        // A repeated field is an error, not its last value (nlohmann's choice), which would hide the first.
-        std::set<std::string> fields;
-        const nlohmann::json j = nlohmann::json::parse(
-            bytes.begin(), bytes.end(), [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-              if (event == nlohmann::json::parse_event_t::key && depth == 1 && !fields.insert(parsed.get<std::string>()).second)
-                throw std::runtime_error("the field " + parsed.dump() + " is given twice");
-              return true;
-            });
+        const nlohmann::json j = engine::parse_strict_json(
+            bytes.begin(), bytes.end(), std::numeric_limits<int>::max(),
+            [](const std::string& key) { throw std::runtime_error("the field " + key + " is given twice"); });
         if (j.is_object() && j.contains("rows") && !j.contains("name"))
           throw std::runtime_error("a whole lenet-bench result, not one row; profiling/peers/lenet_peer.py --json writes a row");
         peer_rows.push_back(profiling::row_from_json(j));

@@ -109,6 +109,8 @@ def input_files(paths):
     """The files to read, each once (a folder and a file in it may both be given); in folders only regular
     files (a named pipe there would wait for a writer)."""
     files, seen = [], set()
+    def unreadable(e):  # os.walk would leave the folder out, and its results with it
+        raise PlotError(f"{e.filename}: cannot read the folder ({e.strerror})")
     def add(path):
         real = os.path.realpath(path)
         if real not in seen:
@@ -116,8 +118,6 @@ def input_files(paths):
             files.append(path)
     for path in paths:
         if os.path.isdir(path):
-            def unreadable(e):  # os.walk would leave the folder out, and its results with it
-                raise PlotError(f"{e.filename}: cannot read the folder ({e.strerror})")
             for root, dirs, names in os.walk(path, onerror=unreadable):
                 dirs.sort()
                 for n in sorted(names):
