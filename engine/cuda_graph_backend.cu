@@ -74,10 +74,21 @@ struct CudaGraphBackend::Replica {
 
 CudaGraphBackend::CudaGraphBackend(const CudaPlacement& placement, const std::vector<float>& initial_parameters)
     : ring_(placement.replicas, model::kNumParameters) {
-  const int n_gpus = placement.num_gpus, n_rep = placement.replicas;
-  if (n_gpus < 1 || n_rep < 1) throw std::invalid_argument("CudaGraphBackend: no GPU or no replica");
+  if (placement.num_gpus < 1 || placement.replicas < 1) throw std::invalid_argument("CudaGraphBackend: no GPU or no replica");
   if (initial_parameters.size() != model::kNumParameters) throw std::invalid_argument("CudaGraphBackend: parameters");
   if (placement.train_batch_rows.empty()) throw std::invalid_argument("CudaGraphBackend: no minibatch size");
+  try {
+    build(placement, initial_parameters);
+  } catch (...) {
+    // No destructor runs for a constructor that throws: the warm-up step or a replica's part of it may
+    // still be queued when the members are freed.
+    drain();
+    throw;
+  }
+}
+
+void CudaGraphBackend::build(const CudaPlacement& placement, const std::vector<float>& initial_parameters) {
+  const int n_gpus = placement.num_gpus, n_rep = placement.replicas;
   size_t largest_chunk = 0;
   for (const ChunkRange& c : ring_.chunks()) largest_chunk = std::max(largest_chunk, c.size);
 
@@ -113,7 +124,6 @@ CudaGraphBackend::CudaGraphBackend(const CudaPlacement& placement, const std::ve
     LENET_CUDA_CHECK(cudaMemcpy(rep->net->params(), initial_parameters.data(), model::kNumParameters * sizeof(float),
                                 cudaMemcpyHostToDevice));
     rep->ctx->bind(rep->compute.get());
-    rep->net->zero_stats(cuda::CudaLenet::kTrainStats);
     // The memsets and the pageable copies above ran on the legacy stream, which the replica's
     // non-blocking streams do not wait for.
     LENET_CUDA_CHECK(cudaDeviceSynchronize());
@@ -152,7 +162,9 @@ CudaGraphBackend::CudaGraphBackend(const CudaPlacement& placement, const std::ve
   synchronize();
 }
 
-CudaGraphBackend::~CudaGraphBackend() {
+CudaGraphBackend::~CudaGraphBackend() { drain(); }
+
+void CudaGraphBackend::drain() noexcept {
   // Every stream, even after an error on one: no graph or copy may still use what is freed next.
   // Errors are ignored, there is nothing useful to do about them while tearing down.
   for (auto& rep : replicas_) {

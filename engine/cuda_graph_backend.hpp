@@ -40,6 +40,8 @@ class CudaGraphBackend final : public Backend {
 
  private:
   struct Replica;
+  void build(const CudaPlacement& placement, const std::vector<float>& initial_parameters);
+  void drain() noexcept;        // waits for every replica's streams, ignoring errors
   void enqueue_step(int slot);  // eagerly, or into a capture
   void prepare_evaluation(const io::Split& data);
 

@@ -40,8 +40,6 @@ CudaNaiveBackend::CudaNaiveBackend(const CudaPlacement& placement, const std::ve
     DeviceGuard guard(replicas_.back()->device());
     LENET_CUDA_CHECK(cudaMemcpy(replicas_.back()->params(), initial_parameters.data(),
                                 model::kNumParameters * sizeof(float), cudaMemcpyHostToDevice));
-    replicas_.back()->zero_stats(cuda::CudaLenet::kTrainStats);
-    replicas_.back()->zero_stats(cuda::CudaLenet::kEvalStats);
   }
   size_t largest_tensor = 0;
   for (const model::TensorSpec& t : model::tensor_specs()) largest_tensor = std::max(largest_tensor, t.size);

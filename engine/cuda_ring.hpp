@@ -51,8 +51,10 @@ void enqueue_ring_allreduce(const RingSchedule& schedule, const std::vector<Ring
 
 // The source text's allreduce of `count` floats at `offset` in every member's buffer: each other
 // member's part copied to member 0 (into member 0's receive buffer) and added there, then the sum copied
-// back to every member. Synchronous copies and the legacy default streams, as tensor.to(device) is;
-// streams and events of the members are not used.
+// back to every member. Everything runs in the order of the calls, as tensor.to(device) orders it:
+// cudaMemcpyPeer is serialised with all work on both devices, and a copy within a device and the adds
+// go to that device's legacy default stream (none of them waits for the host); streams and events of
+// the members are not used.
 void textbook_allreduce(const std::vector<RingMember>& members, size_t offset, size_t count);
 
 

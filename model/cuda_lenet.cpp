@@ -134,6 +134,8 @@ CudaLenet::CudaLenet(DeviceContext& ctx, int max_rows, const std::vector<int>& r
   try {
     create_descriptors();
     choose_algorithms(row_counts);
+    zero_stats(kTrainStats);  // on the context's stream, as every later use of the accumulators
+    zero_stats(kEvalStats);
   } catch (...) {  // the destructor does not run for a constructor that throws
     destroy_descriptors();
     throw;

@@ -79,7 +79,7 @@ class CudaLenet {
   void loss(int rows, Slot slot = kTrainStats, const int32_t* labels = nullptr, const int32_t* valid_rows = nullptr);
   void backward(int rows, const float* x = nullptr);  // gradients of the summed loss, overwritten
   const float* logits() const { return logits_.get(); }
-  void zero_stats(Slot slot);
+  void zero_stats(Slot slot);  // both slots start at zero
   // Waits for the context's stream only: work captured into a graph launched on another stream must be
   // waited for by the caller first. For kTrainStats, `first_nonfinite_step` (if given) receives the
   // index, among the steps since zero_stats, of the first whose loss on this replica was not finite, or -1.

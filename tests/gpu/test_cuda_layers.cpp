@@ -136,14 +136,18 @@ TEST(CudaLayers, ZeroRowsGiveZeroGradient) {
   cuda::CudaLenet gpu(ctx, 8, {8, 0});
   const std::vector<float> ones(model::kNumParameters, 1.0f);
   LENET_CUDA_CHECK(cudaMemcpy(gpu.grads(), ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice));
-  gpu.zero_stats(cuda::CudaLenet::kTrainStats);
-  gpu.forward(0);
+  gpu.forward(0);  // no zero_stats: the accumulators start at zero
   gpu.loss(0);
   gpu.backward(0);
   const std::vector<float> grads = gpu.grad_buffer().download();
   ASSERT_EQ(grads.size(), size_t(model::kNumParameters));
   for (float g : grads) ASSERT_EQ(g, 0.0f);
-  EXPECT_EQ(gpu.read_stats(cuda::CudaLenet::kTrainStats).loss_sum, 0.0);
+  int64_t first_nonfinite = 0;
+  const model::StepStats train = gpu.read_stats(cuda::CudaLenet::kTrainStats, &first_nonfinite);
+  EXPECT_EQ(train.loss_sum, 0.0);
+  EXPECT_EQ(train.correct, 0);
+  EXPECT_EQ(first_nonfinite, -1);
+  EXPECT_EQ(gpu.read_stats(cuda::CudaLenet::kEvalStats).correct, 0);
 }
 
 TEST(CudaLayers, RowsBeyondCapacityAreRejected) {
