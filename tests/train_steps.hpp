@@ -1,13 +1,21 @@
 // Shared by the tests that compare backends: the first minibatches of epoch 0 of a seeded shuffle, the
-// Euclidean distance between two parameter vectors and between their tensors, and their bit patterns.
+// Euclidean distance between two parameter vectors and between their tensors, and what differs between
+// two that should be identical, or between two checkpoint files.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <fstream>
+#include <iterator>
 #include <limits>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "engine/backend.hpp"
+#include "engine/checkpoint.hpp"
 #include "io/dataset.hpp"
 #include "io/sampler.hpp"
 #include "model/lenet.hpp"
@@ -50,18 +58,66 @@ inline TensorError worst_tensor_error(const std::vector<float>& got, const std::
   TensorError worst;
   for (const model::TensorSpec& t : model::tensor_specs()) {
     const auto part = [&t](const std::vector<float>& v) { return slice(v, t.offset, t.size); };
-    const double relative = distance(part(got), part(ref)) / distance(part(ref), part(start));
-    if (std::isnan(relative)) return {relative, t.name};  // a tensor that did not move: nothing to compare
+    const double error = distance(part(got), part(ref)), moved = distance(part(ref), part(start));
+    if (std::isnan(error)) return {error, t.name};  // not finite: fails every bound
+    // A tensor that did not move is right only where it did not move either.
+    const double relative = moved > 0 ? error / moved : error > 0 ? std::numeric_limits<double>::infinity() : 0.0;
     if (relative > worst.relative) worst = {relative, t.name};
   }
   return worst;
 }
 
-// What "bitwise identical" compares: with EXPECT_EQ, -0 differs from +0 and a NaN equals itself.
-inline std::vector<uint32_t> bits(const std::vector<float>& v) {
-  std::vector<uint32_t> b(v.size());
-  if (!v.empty()) std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
-  return b;
+// "" where a and b hold the same bits (-0 differs from +0, a NaN equals itself), else what differs: in
+// each tensor of a parameter vector, how many values and the first of them. EXPECT_EQ on the vectors
+// would print their first 32 values, which say nothing about where 129,068 values part.
+inline std::string bit_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::to_string(a.size()) + " values against " + std::to_string(b.size());
+  const auto bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    return u;
+  };
+  std::ostringstream out;
+  out.precision(9);  // every float's digits
+  const auto part = [&](const char* name, size_t offset, size_t size) {
+    size_t count = 0, first = 0;
+    for (size_t i = offset + size; i-- > offset;) {
+      if (bits(a[i]) != bits(b[i])) ++count, first = i;
+    }
+    if (count == 0) return;
+    out << (out.tellp() > 0 ? "; " : "") << name << ": " << count << " of " << size << " differ, the first ["
+        << first - offset << "] " << a[first] << " against " << b[first];
+  };
+  if (a.size() == model::kNumParameters) {
+    for (const model::TensorSpec& t : model::tensor_specs()) part(t.name, t.offset, t.size);
+  } else {
+    part("values", 0, a.size());
+  }
+  return out.str();
+}
+
+// "" where two files have the same bytes, else what differs between the two checkpoints: their parameters
+// (bit_difference), or where their headers part.
+inline std::string checkpoint_difference(const std::string& path_a, const std::string& path_b) {
+  const auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  const std::string a = read(path_a), b = read(path_b);
+  if (a == b) return "";
+  const size_t at = size_t(std::mismatch(a.begin(), a.begin() + long(std::min(a.size(), b.size())), b.begin()).first -
+                           a.begin());
+  std::string out = std::to_string(a.size()) + " bytes against " + std::to_string(b.size()) + ", first difference at byte " +
+                    std::to_string(at);
+  try {
+    const std::string params = bit_difference(engine::load_checkpoint(path_a).parameters,
+                                              engine::load_checkpoint(path_b).parameters);
+    if (!params.empty()) return out + "; parameters: " + params;
+    const size_t from = at < 40 ? 0 : at - 40;  // the parameters agree: the headers part there
+    return out + "; same parameters, the headers part at: '" + a.substr(from, 80) + "' against '" + b.substr(from, 80) + "'";
+  } catch (const std::exception& e) {
+    return out + "; " + e.what();
+  }
 }
 
 }  // namespace lenet::testing

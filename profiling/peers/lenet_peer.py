@@ -592,8 +592,10 @@ def summarize_profile(events, steps, graph_replayed):
     start to its last kernel end minus the union of its kernels, summed over devices; launches count
     the kernels the host launched, not a graph: without graphs every kernel recorded (cuBLAS's and
     cuDNN's may launch through calls the profiler does not name), with them the host's kernel-launch
-    calls (the profiler does not say which kernels a graph ran)."""
+    calls (the profiler does not say which kernels a graph ran); graph launches count the host's
+    graph-launch calls."""
     launch_calls = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel")
+    graph_launches = sum(1 for e in events if not e[1] and e[0].startswith(("cudaGraphLaunch", "cuGraphLaunch")))
     host_names = {e[0] for e in events if not e[1]}
     kernels = {}
     kernel_us = 0.0
@@ -626,6 +628,7 @@ def summarize_profile(events, steps, graph_replayed):
         "kernel_ms_per_step": kernel_us / 1e3 / steps,
         "idle_ms_per_step": idle_us / 1e3 / steps,
         "kernel_launches_per_step": launches / steps,
+        "graph_launches_per_step": graph_launches / steps,
     }
 
 
@@ -843,7 +846,7 @@ def main(argv):
             "idle_ms_per_step": prof.get("idle_ms_per_step"),
             "host_enqueue_ms_per_step": timing.enqueue_ms_per_step(),
             "kernel_launches_per_step": prof.get("kernel_launches_per_step"),
-            "graph_launches_per_step": 1 if args.variant == "graphs" else 0,
+            "graph_launches_per_step": prof.get("graph_launches_per_step"),
             "allreduce_ms_per_step": prof.get("allreduce_ms_per_step"),
             "test_acc": timing.acc[-1],
             "test_acc_per_epoch": timing.acc,

@@ -31,6 +31,7 @@
 #include "engine/numbers.hpp"
 #include "engine/output_file.hpp"
 #include "model/lenet.hpp"
+#include "train_steps.hpp"
 
 namespace fs = std::filesystem;
 using lenet::engine::Checkpoint;
@@ -121,8 +122,7 @@ std::string save_error(const std::string& path, const std::vector<float>& parame
 }
 
 void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(bits_of(a[i]), bits_of(b[i])) << "parameter " << i;
+  EXPECT_EQ(lenet::testing::bit_difference(a, b), "");
 }
 
 void expect_same_state(const std::optional<TrainingState>& loaded, const TrainingState& b) {
@@ -231,6 +231,41 @@ TEST_F(CheckpointFiles, RoundTripKeepsEveryBitOfParametersAndState) {
   const Checkpoint c = lenet::engine::load_checkpoint(path_);
   expect_same_bits(c.parameters, sample_parameters());
   expect_same_state(c.state, sample_state());
+}
+
+// The comparisons the resume tests report through (tests/train_steps.hpp): a failure there must say
+// where the bits part, since on a GPU host there is little time to look again.
+TEST_F(CheckpointFiles, DifferencesAreNamedByTensorAndByHeader) {
+  using lenet::testing::bit_difference;
+  using lenet::testing::checkpoint_difference;
+  const std::vector<float> a = sample_parameters();
+  EXPECT_EQ(bit_difference(a, a), "");  // NaNs with payloads included
+  std::vector<float> b = a;
+  const lenet::model::TensorSpec& conv2_bias = lenet::model::tensor_specs()[3];
+  const lenet::model::TensorSpec& fc2_weight = lenet::model::tensor_specs()[6];
+  ASSERT_EQ(std::string(conv2_bias.name), "conv2.bias");
+  ASSERT_EQ(std::string(fc2_weight.name), "fc2.weight");
+  b[conv2_bias.offset + 3] = 0.5f;
+  b[conv2_bias.offset + 7] = 0.25f;
+  b[fc2_weight.offset] = -b[fc2_weight.offset];
+  EXPECT_EQ(bit_difference(a, b),
+            "conv2.bias: 2 of 50 differ, the first [3] 25.203001 against 0.5; "
+            "fc2.weight: 1 of 1280 differ, the first [0] -0.00472262688 against 0.00472262688");
+  EXPECT_EQ(bit_difference({0.0f}, {-0.0f}), "values: 1 of 1 differ, the first [0] 0 against -0");
+  EXPECT_EQ(bit_difference({1.0f}, {}), "1 values against 0");
+
+  const std::string other = (dir_ / "other.safetensors").string(), same = (dir_ / "same.safetensors").string();
+  lenet::engine::save_checkpoint(path_, a, sample_state());
+  lenet::engine::save_checkpoint(same, a, sample_state());
+  EXPECT_EQ(checkpoint_difference(path_, same), "");
+  lenet::engine::save_checkpoint(other, b, sample_state());
+  EXPECT_NE(checkpoint_difference(path_, other).find("; parameters: conv2.bias: 2 of 50 differ"), std::string::npos)
+      << checkpoint_difference(path_, other);
+  lenet::engine::save_checkpoint(other, a, sample_state_after_epoch(5));
+  const std::string header = checkpoint_difference(path_, other);
+  EXPECT_NE(header.find("; same parameters, the headers part at: '"), std::string::npos) << header;
+  EXPECT_NE(header.find("\"epoch\":\"4\""), std::string::npos) << header;
+  EXPECT_NE(header.find("\"epoch\":\"5\""), std::string::npos) << header;
 }
 
 TEST_F(CheckpointFiles, RoundTripAtTheIntegerFieldsLargestValues) {

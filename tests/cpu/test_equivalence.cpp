@@ -55,8 +55,30 @@ TEST(Equivalence, ReplicaCountDoesNotChangeTheParameters) {
     // 0.1% error in conv1.bias's gradient for one, does not vanish in the whole distance.
     const lenet::testing::TensorError worst = lenet::testing::worst_tensor_error(got, one, start);
     EXPECT_LT(worst.relative, 1e-4) << "R=" << r << ", " << worst.name;
-    for (int i = 1; i < r; ++i) EXPECT_EQ(all[size_t(i)], got) << "replica " << i << " of " << r << " differs";
+    for (int i = 1; i < r; ++i)
+      EXPECT_EQ(lenet::testing::bit_difference(all[size_t(i)], got), "") << "replica " << i << " of " << r << " differs";
   }
+}
+
+// The per-tensor comparison: a tensor that did not move is right only where it did not move either, and
+// a NaN fails every bound.
+TEST(Equivalence, WorstTensorErrorOfATensorThatDidNotMove) {
+  const std::vector<float> start(model::kNumParameters, 1.0f);
+  std::vector<float> ref = start;
+  for (size_t i = 0; i < ref.size(); i += 2) ref[i] = 2.0f;  // every tensor moves
+  const size_t fc2_bias = model::tensor_specs().back().offset;
+  for (size_t i = fc2_bias; i < ref.size(); ++i) ref[i] = 1.0f;  // but fc2.bias
+  std::vector<float> got = ref;
+  EXPECT_EQ(lenet::testing::worst_tensor_error(got, ref, start).relative, 0.0);
+  got[fc2_bias] = 1.0f + 1e-6f;
+  lenet::testing::TensorError worst = lenet::testing::worst_tensor_error(got, ref, start);
+  EXPECT_TRUE(std::isinf(worst.relative));
+  EXPECT_STREQ(worst.name, "fc2.bias");
+  got[fc2_bias] = 1.0f;
+  got[0] = std::nanf("");
+  worst = lenet::testing::worst_tensor_error(got, ref, start);
+  EXPECT_TRUE(std::isnan(worst.relative));
+  EXPECT_STREQ(worst.name, "conv1.weight");
 }
 
 TEST(Equivalence, ReplicaWithNoRowsContributesNothing) {

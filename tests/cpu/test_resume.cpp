@@ -18,6 +18,7 @@
 #include "io/dataset.hpp"
 #include "model/lenet.hpp"
 #include "model/step_tracker.hpp"
+#include "train_steps.hpp"
 
 namespace {
 
@@ -144,7 +145,7 @@ Interrupted expect_same_as_uninterrupted(const std::vector<uint64_t>& stops) {
   std::vector<nlohmann::json> whole;
   const std::vector<float> want = uninterrupted(&whole);
   Interrupted got = interrupted_and_resumed(stops);
-  EXPECT_EQ(got.parameters, want);
+  EXPECT_EQ(lenet::testing::bit_difference(got.parameters, want), "");
   expect_same_records(got.records, whole);
   return got;
 }
@@ -172,7 +173,7 @@ TEST(Resume, ForgettingTheCheckpointsEpochSoFarChangesTheRecord) {
   std::vector<nlohmann::json> whole;
   const std::vector<float> want = uninterrupted(&whole);
   const Interrupted got = interrupted_and_resumed({5}, true);
-  EXPECT_EQ(got.parameters, want);
+  EXPECT_EQ(lenet::testing::bit_difference(got.parameters, want), "");
   ASSERT_EQ(got.records.size(), 2u);
   EXPECT_NE(got.records[0]["train_acc"], whole[0]["train_acc"]);
   EXPECT_NE(got.records[0]["train_loss"], whole[0]["train_loss"]);

@@ -111,6 +111,7 @@ class PeerHelpers(unittest.TestCase):
                 self.assertAlmostEqual(s["idle_ms_per_step"], (30 - 22) / 1e3 / 2)  # device 1 has no gap
                 # With a graph, the host's launch calls; without, every kernel recorded.
                 self.assertAlmostEqual(s["kernel_launches_per_step"], launches)
+                self.assertAlmostEqual(s["graph_launches_per_step"], 1 / 2)
 
 
 class WithDataset(unittest.TestCase):
@@ -171,7 +172,7 @@ class PeerTextbookCpu(WithDataset):
                 self.assertEqual(row["devices"], ["cpu"] * r)
                 self.assertEqual((row["batch_size"], row["lr"], row["epochs"]), (BATCH, 0.2, 2))
                 self.assertEqual(row["train_examples"], TRAIN)
-                self.assertEqual(row["graph_launches_per_step"], 0)
+                self.assertIsNone(row["graph_launches_per_step"])  # measured by --profile-steps, CUDA only
                 self.assertEqual(len(row["epoch_seconds"]), 2)
                 self.assertEqual(len(row["test_acc_per_epoch"]), 2)
                 self.assertEqual(row["test_acc"], row["test_acc_per_epoch"][-1])
