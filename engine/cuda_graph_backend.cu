@@ -74,7 +74,8 @@ struct CudaGraphBackend::Replica {
 
 CudaGraphBackend::CudaGraphBackend(const CudaPlacement& placement, const std::vector<float>& initial_parameters)
     : ring_(placement.replicas, model::kNumParameters) {
-  if (placement.num_gpus < 1 || placement.replicas < 1) throw std::invalid_argument("CudaGraphBackend: no GPU or no replica");
+  if (placement.num_gpus < 1 || placement.replicas < 1)
+    throw std::invalid_argument("CudaGraphBackend: no GPU or no replica");
   if (initial_parameters.size() != model::kNumParameters) throw std::invalid_argument("CudaGraphBackend: parameters");
   if (placement.train_batch_rows.empty()) throw std::invalid_argument("CudaGraphBackend: no minibatch size");
   try {

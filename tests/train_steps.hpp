@@ -81,8 +81,8 @@ inline std::string bit_difference(const std::vector<float>& a, const std::vector
   out.precision(9);  // every float's digits
   const auto part = [&](const char* name, size_t offset, size_t size) {
     size_t count = 0, first = 0;
-    for (size_t i = offset + size; i-- > offset;) {
-      if (bits(a[i]) != bits(b[i])) ++count, first = i;
+    for (size_t i = offset; i < offset + size; ++i) {
+      if (bits(a[i]) != bits(b[i]) && count++ == 0) first = i;
     }
     if (count == 0) return;
     out << (out.tellp() > 0 ? "; " : "") << name << ": " << count << " of " << size << " differ, the first ["
@@ -107,14 +107,15 @@ inline std::string checkpoint_difference(const std::string& path_a, const std::s
   if (a == b) return "";
   const size_t at = size_t(std::mismatch(a.begin(), a.begin() + long(std::min(a.size(), b.size())), b.begin()).first -
                            a.begin());
-  std::string out = std::to_string(a.size()) + " bytes against " + std::to_string(b.size()) + ", first difference at byte " +
-                    std::to_string(at);
+  const std::string out = std::to_string(a.size()) + " bytes against " + std::to_string(b.size()) +
+                          ", first difference at byte " + std::to_string(at);
   try {
     const std::string params = bit_difference(engine::load_checkpoint(path_a).parameters,
                                               engine::load_checkpoint(path_b).parameters);
     if (!params.empty()) return out + "; parameters: " + params;
     const size_t from = at < 40 ? 0 : at - 40;  // the parameters agree: the headers part there
-    return out + "; same parameters, the headers part at: '" + a.substr(from, 80) + "' against '" + b.substr(from, 80) + "'";
+    return out + "; same parameters, the headers part at: '" + a.substr(from, 80) + "' against '" +
+           b.substr(from, 80) + "'";
   } catch (const std::exception& e) {
     return out + "; " + e.what();
   }

@@ -56,7 +56,8 @@ TEST(Equivalence, ReplicaCountDoesNotChangeTheParameters) {
     const lenet::testing::TensorError worst = lenet::testing::worst_tensor_error(got, one, start);
     EXPECT_LT(worst.relative, 1e-4) << "R=" << r << ", " << worst.name;
     for (int i = 1; i < r; ++i)
-      EXPECT_EQ(lenet::testing::bit_difference(all[size_t(i)], got), "") << "replica " << i << " of " << r << " differs";
+      EXPECT_EQ(lenet::testing::bit_difference(all[size_t(i)], got), "")
+          << "replica " << i << " of " << r << " differs";
   }
 }
 

@@ -69,7 +69,8 @@ TEST(CudaGraph, ElevenStepsMatchNaiveAndCpu) {
       EXPECT_LT(worst.relative, lenet::testing::kTensorBound) << name << " vs CPU, R=" << r << ", " << worst.name;
     }
     for (int i = 1; i < r; ++i)
-      EXPECT_EQ(lenet::testing::bit_difference(graph.parameters(i), g), "") << "replica " << i << " of " << r << " drifted";
+      EXPECT_EQ(lenet::testing::bit_difference(graph.parameters(i), g), "")
+          << "replica " << i << " of " << r << " drifted";
     const model::StepStats gs = graph.take_train_stats(), ns = naive.take_train_stats();
     EXPECT_NEAR(gs.loss_sum, ns.loss_sum, 1e-4 * ns.loss_sum) << "R=" << r;
   }
@@ -94,7 +95,8 @@ TEST(CudaGraph, ReplicaWithNoRowsMatchesCpu) {
   EXPECT_LT(distance(got, ref) / moved, 1e-4);
   const lenet::testing::TensorError worst = lenet::testing::worst_tensor_error(got, ref, start);
   EXPECT_LT(worst.relative, lenet::testing::kTensorBound) << worst.name;
-  for (int i = 1; i < 4; ++i) EXPECT_EQ(lenet::testing::bit_difference(graph.parameters(i), got), "") << "replica " << i;
+  for (int i = 1; i < 4; ++i)
+    EXPECT_EQ(lenet::testing::bit_difference(graph.parameters(i), got), "") << "replica " << i;
 }
 
 // The start-up's warm-up step (every row masked, zero learning rate) must not touch the parameters,
