@@ -33,6 +33,7 @@
 #include "engine/output_file.hpp"
 #include "engine/read_file.hpp"
 #include "engine/replace_file.hpp"
+#include "engine/ring.hpp"
 #include "engine/stop_signals.hpp"
 #include "engine/strict_json.hpp"
 #include "graphs/have_cuda.hpp"
@@ -184,7 +185,7 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
   // After every epoch: a diverged run's times and accuracy would mean nothing.
   auto evaluate = [&] {
     if (!engine::all_finite(backend->parameters(0)))
-      throw std::runtime_error(row.name + ": the parameters became non-finite in epoch " + std::to_string(epoch) +
+      throw std::runtime_error("the parameters became non-finite in epoch " + std::to_string(epoch) +
                                "; try a smaller --lr");
     row.test_acc_per_epoch.push_back(double(backend->count_correct(data.test, o.batch_size)) / double(data.test.size()));
   };
@@ -217,7 +218,17 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
     } catch (const std::exception& e) {
       return untraced(std::string("CUPTI refused (") + e.what() + ")");
     }
-    const EpochRun r = run_epoch(*backend, data, sampler, epoch++, float(o.lr), &step_starts);
+    const EpochRun r = [&] {
+      try {
+        return run_epoch(*backend, data, sampler, epoch++, float(o.lr), &step_starts);
+      } catch (...) {  // a stop or a failure: the tracing ends with the epoch all the same
+        try {
+          trace.stop();
+        } catch (const std::exception&) {
+        }
+        throw;
+      }
+    }();
     row.epoch_seconds.push_back(r.seconds);
     profiling::Activity a;
     std::string failure;
@@ -393,11 +404,11 @@ nlohmann::json project(const io::FashionMnist& data, const Options& o, std::opti
                        std::ostream& md) {
   const double bytes = double(model::kNumParameters * sizeof(float));
   const double n = double(data.train.size());
+  // The largest share of a minibatch split over r GPUs, as the engine splits it (every GPU waits for it).
+  auto rows_per_gpu = [&o](int r) { return std::max(1, engine::split_rows(o.batch_size, r)[0].rows); };
   std::map<int, double> step;  // rows per GPU -> measured seconds per step
-  for (int r : {1, 2, 4, 8}) {
-    const int rows = std::max(1, o.batch_size / r);
-    if (!step.count(rows)) step[rows] = graph_step_seconds(rows, data, o);
-  }
+  for (int r : {1, 2, 4, 8})
+    if (!step.count(rows_per_gpu(r))) step[rows_per_gpu(r)] = graph_step_seconds(rows_per_gpu(r), data, o);
   nlohmann::json rows = nlohmann::json::array();
   md << "\nProjection to several GPUs (a model, not a measurement): per-GPU step compute measured here in graph "
         "mode on one GPU, plus a ring allreduce of " << size_t(bytes) << " bytes by the alpha-beta model "
@@ -416,8 +427,8 @@ nlohmann::json project(const io::FashionMnist& data, const Options& o, std::opti
   for (const Link& link : kLinks) {
     for (int r : {1, 2, 4, 8}) {
       const double alpha = link.alpha + measured_step_latency.value_or(0);
-      const double per_step = profiling::projected_epoch_seconds(std::ceil(n / o.batch_size), step[std::max(1, o.batch_size / r)],
-                                                                 r, bytes, alpha, link.beta);
+      const double per_step = profiling::projected_epoch_seconds(std::ceil(n / o.batch_size), step[rows_per_gpu(r)], r,
+                                                                 bytes, alpha, link.beta);
       const double per_gpu = profiling::projected_epoch_seconds(std::ceil(n / (double(o.batch_size) * r)),
                                                                 step[o.batch_size], r, bytes, alpha, link.beta);
       rows.push_back({{"link", link.name}, {"link_source", link.source}, {"alpha", alpha}, {"beta", link.beta},
@@ -614,7 +625,10 @@ int main(int argc, char** argv) {
     }
 
     std::vector<profiling::BenchRow> rows;
-    std::string left_out;  // what a stop left out
+    std::string left_out;  // what a stop or a failure left out
+    // The first failure ends the measuring (a CUDA error may have left the device unusable); the rows
+    // measured before it are still written, with the failure named, and the status is 1.
+    std::string failure;
     for (const std::string& mode : o.modes)
       for (int r : o.replicas) {
         if (g_stop.signal != 0 && left_out.empty()) left_out = "the rows from " + profiling::row_name(mode, r) + " on";
@@ -624,6 +638,11 @@ int main(int argc, char** argv) {
         try {
           rows.push_back(bench_config(mode, r, num_gpus, data, o, &timeline));
         } catch (const Stopped&) {
+          left_out = "the rows from " + profiling::row_name(mode, r) + " on";
+          continue;
+        } catch (const std::exception& e) {
+          failure = profiling::row_name(mode, r) + ": " + e.what();
+          if (rows.empty()) throw std::runtime_error(failure);  // nothing measured: the error alone
           left_out = "the rows from " + profiling::row_name(mode, r) + " on";
           continue;
         }
@@ -645,11 +664,13 @@ int main(int argc, char** argv) {
     md << "# lenet-bench\n\n" << data.train.size() << " training examples, batch " << o.batch_size << ", lr "
        << engine::format_double(o.lr) << ", seed " << o.seed << "; seconds per epoch are the training pass only, mean of " << o.timed_epochs
        << " epoch(s) after a warm-up epoch, '±' half their range as a share of the mean; 'host ms/step' is the "
-          "host's time to issue a step (on the CPU backend, the whole step); 'test acc' is after a row's last epoch "
+          "host's time in a training-step call (the whole step on the CPU and in naive mode; in graph mode staging "
+          "and launching it, with any wait for a free staging slot); 'test acc' is after a row's last epoch "
           "(a peer's own epoch count)"
-       << (wants_gpu && !o.no_trace ? "; CUPTI columns from one further traced epoch: 'idle' is time between a "
-                                      "device's first and last kernel with no kernel running (copies count as idle), "
-                                      "'kernels/step' counts kernels launched by the host (not by a graph), "
+       << (wants_gpu && !o.no_trace ? "; CUPTI columns from one further traced epoch: 'kernel' is the sum of the "
+                                      "kernels' durations (kernels running at once each count), 'idle' is time "
+                                      "between a device's first and last kernel with no kernel running (copies count "
+                                      "as idle), 'kernels/step' counts kernels launched by the host (not by a graph), "
                                       "'allreduce' is time with some copy or add kernel of the allreduce running "
                                       "on some device"
                                     : "")
@@ -665,7 +686,7 @@ int main(int argc, char** argv) {
     out["cpu_gemm"] = model::gemm_description();  // CPU rows' times depend on it (README: 3.2x to 4.6x)
     md << "\nArithmetic floor: " << flops / 1e12 << " TFLOP per epoch (forward and backward, a multiply-add as two)";
 #if LENET_HAVE_CUDA  // else no GPU mode got this far
-    if (wants_gpu) {
+    if (wants_gpu) try {
       cudaDeviceProp prop{};
       int clock_khz = 0;
       LENET_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -680,19 +701,26 @@ int main(int argc, char** argv) {
            << " TFLOP/s (" << prop.multiProcessorCount << " SMs x " << lanes << " lanes x 2 x " << clock_khz / 1e6
            << " GHz)";
       }
+    } catch (const std::exception& e) {  // after a failed row, say, with the device unusable
+      md << " (the GPU's peak not read: " << e.what() << ")";
     }
 #endif
     md << ".\n";
 #if LENET_HAVE_CUDA
     std::optional<double> step_latency;
-    // A stop skips the sections not begun; the allreduce sweep, under way, completes (seconds), and the
-    // projection's measurements stop.
+    // A stop or a failure skips the sections not begun; under a stop, the allreduce sweep completes
+    // (seconds), and the projection's measurements stop.
     auto skip_when_stopped = [&](const char* section) {
-      if (g_stop.signal == 0) return false;
+      if (g_stop.signal == 0 && failure.empty()) return false;
       left_out += (left_out.empty() ? "" : ", ") + std::string(section);
       return true;
     };
-    if (!o.no_allreduce && wants_gpu && !skip_when_stopped("the allreduce sweep")) {
+    // A section that fails is left out like the sections after it.
+    auto section_failed = [&](const char* section, const std::exception& e) {
+      failure = section + std::string(": ") + e.what();
+      left_out += (left_out.empty() ? "" : ", ") + std::string(section);
+    };
+    if (!o.no_allreduce && wants_gpu && !skip_when_stopped("the allreduce sweep")) try {
       out["allreduce"] = bench_allreduce(o, num_gpus, md);
       // Two members, the smallest message: two ring steps of almost no data, so half its time is the
       // latency of one step (copy and add kernel launched from a graph).
@@ -701,12 +729,16 @@ int main(int argc, char** argv) {
           step_latency = a["ring_seconds"].get<double>() / 2;
           break;
         }
+    } catch (const std::exception& e) {
+      section_failed("the allreduce sweep", e);
     }
     if (!o.no_projection && wants_gpu && !skip_when_stopped("the projection")) {
       try {
         out["projection"] = project(data, o, step_latency, md);  // measures before it writes a line
       } catch (const Stopped&) {
         skip_when_stopped("the projection");
+      } catch (const std::exception& e) {
+        section_failed("the projection", e);
       }
     }
 #endif
@@ -714,7 +746,11 @@ int main(int argc, char** argv) {
       return "stopped by signal " + std::to_string(g_stop.signal) +
              (left_out.empty() ? " once the tables were complete" : "; left out: " + left_out);
     };
-    if (g_stop.signal != 0) {
+    const std::string failure_note = failure + "; left out: " + left_out;
+    if (!failure.empty()) {
+      md << "\nfailed: " << failure_note << ".\n";
+      out["failed"] = failure_note;
+    } else if (g_stop.signal != 0) {
       md << "\n" << stop_note() << ".\n";
       out["stopped"] = stop_note();
     }
@@ -735,6 +771,10 @@ int main(int argc, char** argv) {
           {"--json", o.json_path, out.dump(2) + "\n"}}) {
       if (path.empty()) continue;
       if (const std::string failed = write_output(path, text); !failed.empty()) throw output_error(failed, flag);
+    }
+    if (!failure.empty()) {
+      say("error: " + failure_note + " (the rows measured before it are written)");
+      return 1;
     }
     if (g_stop.signal == 0) return 0;
     say(stop_note());  // a signal while writing too: the status says it came

@@ -66,7 +66,9 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-        if (m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOD && timed(m->start, m->end, g_activity))
+        const bool device_to_device =
+            m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOD || m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_PTOP;
+        if (device_to_device && timed(m->start, m->end, g_activity))
           g_activity.allreduce.push_back({m->start, m->end, m->deviceId});
         break;
       }
@@ -112,6 +114,8 @@ CUptiResult disable_all() {
   return first;
 }
 
+void CUPTIAPI no_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
+
 }  // namespace
 
 bool CuptiTrace::available() { return true; }
@@ -120,7 +124,17 @@ std::string CuptiTrace::unavailable_reason() { return ""; }
 
 void CuptiTrace::prepare() {
   static std::once_flag registered;
+  static CUpti_SubscriberHandle subscriber = nullptr;  // kept for the process, as the buffers are
   std::call_once(registered, [] {
+    // Every CUPTI client subscribes first (cupti_callbacks.h): that is what finds a tool already holding
+    // CUPTI, whose buffers registering ours would take over.
+    if (subscriber == nullptr) {
+      const CUptiResult rc = cuptiSubscribe(&subscriber, no_callback, nullptr);
+      if (rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED || rc == CUPTI_ERROR_MAX_LIMIT_REACHED)
+        throw std::runtime_error("another tool holds CUPTI (Nsight Systems, Nsight Compute or compute-sanitizer "
+                                 "attached?); --no-trace leaves it to that tool");
+      check(rc, "cuptiSubscribe");
+    }
     check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
   });
 }

@@ -31,7 +31,8 @@ class CuptiTrace {
   static bool available();
   // Why not, when not available or when CUPTI refused (e.g. a profiler already attached).
   static std::string unavailable_reason();
-  // Registers CUPTI's buffers. Call before any CUDA graph exists: starting CUPTI after graphs were
+  // Subscribes to CUPTI (throws std::runtime_error where another tool holds it) and registers its
+  // buffers. Call before any CUDA graph exists: starting CUPTI after graphs were
   // captured has been reported to fault (pytorch#75504). PyTorch's workaround runs a whole empty profiler
   // session before capturing (pytorch#100441); this only registers, and CUPTI is never torn down here
   // (its teardown and re-initialisation with graphs crashed before CUDA 12.6: pytorch#112507, #150957).
