@@ -134,7 +134,9 @@ CudaLenet::CudaLenet(DeviceContext& ctx, int max_rows, const std::vector<int>& r
   try {
     create_descriptors();
     choose_algorithms(row_counts);
-    zero_stats(kTrainStats);  // on the context's stream, as every later use of the accumulators
+    // On the stream the context is bound to now: a caller that binds another afterwards synchronises
+    // first (the graph mode does).
+    zero_stats(kTrainStats);
     zero_stats(kEvalStats);
   } catch (...) {  // the destructor does not run for a constructor that throws
     destroy_descriptors();

@@ -221,7 +221,7 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
     const EpochRun r = [&] {
       try {
         return run_epoch(*backend, data, sampler, epoch++, float(o.lr), &step_starts);
-      } catch (...) {  // a stop or a failure: the tracing ends with the epoch all the same
+      } catch (...) {  // a failure (a traced epoch is not stopped by a signal): the tracing ends too
         try {
           trace.stop();
         } catch (const std::exception&) {
@@ -276,8 +276,9 @@ profiling::BenchRow bench_config(const std::string& mode, int replicas, int num_
 
 #if LENET_HAVE_CUDA
 // The allreduce alone: R members sharing the visible GPUs, ring (captured, as graph mode runs it) and
-// textbook (synchronous gather to member 0 and copy back, as naive mode runs it).
-nlohmann::json bench_allreduce(const Options& o, int num_gpus, std::ostream& out) {
+// textbook (synchronous gather to member 0 and copy back, as naive mode runs it). Each row goes to `out`
+// and `rows` as it is measured, so that the rows before a failure are kept in both.
+void bench_allreduce(const Options& o, int num_gpus, std::ostream& out, nlohmann::json& rows) {
   std::vector<size_t> sizes;
   for (size_t bytes = 4096; bytes <= (size_t{64} << 20); bytes *= 4) sizes.push_back(bytes);
   sizes.push_back(model::kNumParameters * sizeof(float));
@@ -288,7 +289,7 @@ nlohmann::json bench_allreduce(const Options& o, int num_gpus, std::ostream& out
       LENET_CUDA_CHECK(cudaDeviceSynchronize());
     }
   };
-  nlohmann::json rows = nlohmann::json::array();
+  rows = nlohmann::json::array();
   out << "\nAllreduce alone (" << num_gpus << " GPU" << (num_gpus == 1 ? "" : "s")
       << "; members share them round-robin; busbw = algbw * 2(R-1)/R as in nccl-tests)\n\n"
       << "| R | bytes | ring us | ring algbw GB/s | ring busbw GB/s | textbook us | textbook busbw GB/s |\n"
@@ -370,7 +371,6 @@ nlohmann::json bench_allreduce(const Options& o, int num_gpus, std::ostream& out
   }
   if (!unmeasured.empty())  // the textbook's copies go through the host where peers cannot reach
     out << "\nRing not measured (graph mode refuses such a ring): " << unmeasured << ".\n";
-  return rows;
 }
 
 // Seconds of one graph-mode step of a single replica with `rows` rows: the per-GPU compute of a
@@ -665,8 +665,8 @@ int main(int argc, char** argv) {
        << engine::format_double(o.lr) << ", seed " << o.seed << "; seconds per epoch are the training pass only, mean of " << o.timed_epochs
        << " epoch(s) after a warm-up epoch, '±' half their range as a share of the mean; 'host ms/step' is the "
           "host's time in a training-step call (the whole step on the CPU and in naive mode; in graph mode staging "
-          "and launching it, with any wait for a free staging slot); 'test acc' is after a row's last epoch "
-          "(a peer's own epoch count)"
+          "and launching it, with any wait for a free staging slot; a peer's as profiling/peers/README.md says); "
+          "'test acc' is after a row's last epoch (a peer's own epoch count)"
        << (wants_gpu && !o.no_trace ? "; CUPTI columns from one further traced epoch: 'kernel' is the sum of the "
                                       "kernels' durations (kernels running at once each count), 'idle' is time "
                                       "between a device's first and last kernel with no kernel running (copies count "
@@ -721,7 +721,7 @@ int main(int argc, char** argv) {
       left_out += (left_out.empty() ? "" : ", ") + std::string(section);
     };
     if (!o.no_allreduce && wants_gpu && !skip_when_stopped("the allreduce sweep")) try {
-      out["allreduce"] = bench_allreduce(o, num_gpus, md);
+      bench_allreduce(o, num_gpus, md, out["allreduce"]);
       // Two members, the smallest message: two ring steps of almost no data, so half its time is the
       // latency of one step (copy and add kernel launched from a graph).
       for (const auto& a : out["allreduce"])
@@ -750,7 +750,8 @@ int main(int argc, char** argv) {
     if (!failure.empty()) {
       md << "\nfailed: " << failure_note << ".\n";
       out["failed"] = failure_note;
-    } else if (g_stop.signal != 0) {
+    }
+    if (g_stop.signal != 0) {  // with a failure too: the signal came all the same
       md << "\n" << stop_note() << ".\n";
       out["stopped"] = stop_note();
     }

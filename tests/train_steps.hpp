@@ -87,6 +87,8 @@ inline std::string bit_difference(const std::vector<float>& a, const std::vector
     if (count == 0) return;
     out << (out.tellp() > 0 ? "; " : "") << name << ": " << count << " of " << size << " differ, the first ["
         << first - offset << "] " << a[first] << " against " << b[first];
+    if (std::isnan(a[first]) && std::isnan(b[first]))  // NaNs that differ in their payloads
+      out << " (0x" << std::hex << bits(a[first]) << " against 0x" << bits(b[first]) << std::dec << ")";
   };
   if (a.size() == model::kNumParameters) {
     for (const model::TensorSpec& t : model::tensor_specs()) part(t.name, t.offset, t.size);
@@ -99,11 +101,12 @@ inline std::string bit_difference(const std::vector<float>& a, const std::vector
 // "" where two files have the same bytes, else what differs between the two checkpoints: their parameters
 // (bit_difference), or where their headers part.
 inline std::string checkpoint_difference(const std::string& path_a, const std::string& path_b) {
-  const auto read = [](const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  };
-  const std::string a = read(path_a), b = read(path_b);
+  std::string a, b;
+  for (const auto& [path, bytes] : {std::pair{&path_a, &a}, std::pair{&path_b, &b}}) {
+    std::ifstream in(*path, std::ios::binary);
+    if (!in) return "cannot read " + *path;
+    bytes->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
   if (a == b) return "";
   const size_t at = size_t(std::mismatch(a.begin(), a.begin() + long(std::min(a.size(), b.size())), b.begin()).first -
                            a.begin());
