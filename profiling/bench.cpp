@@ -408,7 +408,7 @@ nlohmann::json project(const io::FashionMnist& data, const Options& o, std::opti
   auto rows_per_gpu = [&o](int r) { return std::max(1, engine::split_rows(o.batch_size, r)[0].rows); };
   std::map<int, double> step;  // rows per GPU -> measured seconds per step
   for (int r : {1, 2, 4, 8})
-    if (!step.count(rows_per_gpu(r))) step[rows_per_gpu(r)] = graph_step_seconds(rows_per_gpu(r), data, o);
+    if (const int share = rows_per_gpu(r); !step.count(share)) step[share] = graph_step_seconds(share, data, o);
   nlohmann::json rows = nlohmann::json::array();
   md << "\nProjection to several GPUs (a model, not a measurement): per-GPU step compute measured here in graph "
         "mode on one GPU, plus a ring allreduce of " << size_t(bytes) << " bytes by the alpha-beta model "
@@ -631,19 +631,20 @@ int main(int argc, char** argv) {
     std::string failure;
     for (const std::string& mode : o.modes)
       for (int r : o.replicas) {
-        if (g_stop.signal != 0 && left_out.empty()) left_out = "the rows from " + profiling::row_name(mode, r) + " on";
+        const std::string name = profiling::row_name(mode, r), from_here = "the rows from " + name + " on";
+        if (g_stop.signal != 0 && left_out.empty()) left_out = from_here;
         if (!left_out.empty()) continue;
-        say(profiling::row_name(mode, r));
+        say(name);
         nlohmann::json timeline;
         try {
           rows.push_back(bench_config(mode, r, num_gpus, data, o, &timeline));
         } catch (const Stopped&) {
-          left_out = "the rows from " + profiling::row_name(mode, r) + " on";
+          left_out = from_here;
           continue;
         } catch (const std::exception& e) {
-          failure = profiling::row_name(mode, r) + ": " + e.what();
+          failure = name + ": " + e.what();
           if (rows.empty()) throw std::runtime_error(failure);  // nothing measured: the error alone
-          left_out = "the rows from " + profiling::row_name(mode, r) + " on";
+          left_out = from_here;
           continue;
         }
         // Per-step kernel and idle time, for profiling/plot.py. A write that fails (a full disk) leaves

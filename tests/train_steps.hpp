@@ -112,9 +112,11 @@ inline std::string checkpoint_difference(const std::string& path_a, const std::s
                            a.begin());
   const std::string out = std::to_string(a.size()) + " bytes against " + std::to_string(b.size()) +
                           ", first difference at byte " + std::to_string(at);
+  const auto parameters = [](const std::string& bytes, const std::string& path) {
+    return engine::load_checkpoint_bytes(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path).parameters;
+  };
   try {
-    const std::string params = bit_difference(engine::load_checkpoint(path_a).parameters,
-                                              engine::load_checkpoint(path_b).parameters);
+    const std::string params = bit_difference(parameters(a, path_a), parameters(b, path_b));
     if (!params.empty()) return out + "; parameters: " + params;
     const size_t from = at < 40 ? 0 : at - 40;  // the parameters agree: the headers part there
     return out + "; same parameters, the headers part at: '" + a.substr(from, 80) + "' against '" +
