@@ -711,15 +711,16 @@ int main(int argc, char** argv) {
     std::optional<double> step_latency;
     // A stop or a failure skips the sections not begun; under a stop, the allreduce sweep completes
     // (seconds), and the projection's measurements stop.
+    auto leave_out = [&](const char* section) { left_out += (left_out.empty() ? "" : ", ") + std::string(section); };
     auto skip_when_stopped = [&](const char* section) {
       if (g_stop.signal == 0 && failure.empty()) return false;
-      left_out += (left_out.empty() ? "" : ", ") + std::string(section);
+      leave_out(section);
       return true;
     };
     // A section that fails is left out like the sections after it.
     auto section_failed = [&](const char* section, const std::exception& e) {
       failure = section + std::string(": ") + e.what();
-      left_out += (left_out.empty() ? "" : ", ") + std::string(section);
+      leave_out(section);
     };
     if (!o.no_allreduce && wants_gpu && !skip_when_stopped("the allreduce sweep")) try {
       bench_allreduce(o, num_gpus, md, out["allreduce"]);

@@ -127,7 +127,8 @@ void CuptiTrace::prepare() {
   static CUpti_SubscriberHandle subscriber = nullptr;  // kept for the process, as the buffers are
   std::call_once(registered, [] {
     // Every CUPTI client subscribes first (cupti_callbacks.h): that is what finds a tool already holding
-    // CUPTI, whose buffers registering ours would take over.
+    // CUPTI, whose buffers registering ours would take over. After a throw call_once runs this again: a
+    // subscription made then is kept.
     if (subscriber == nullptr) {
       const CUptiResult rc = cuptiSubscribe(&subscriber, no_callback, nullptr);
       if (rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED || rc == CUPTI_ERROR_MAX_LIMIT_REACHED)
