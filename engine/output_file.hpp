@@ -244,12 +244,18 @@ inline bool same_file(const std::string& a, const std::string& b) {
 }
 
 // "FLAG PATH names the data file FILE" for the first of `outputs` (flag, path; an empty path: none) that
-// names one of `files` (same_file), else "": an output written over a data file would destroy it.
+// names one of `files` (same_file) or its other form (FILE.gz beside a raw FILE, which the reader passed
+// over, and the raw one beside a .gz), else "": an output written over a data file would destroy it.
 inline std::string output_over_data_file(std::initializer_list<std::pair<const char*, std::string>> outputs,
                                          const std::vector<std::string>& files) {
+  const std::string gz = ".gz";
   for (const auto& [flag, path] : outputs)
-    for (const std::string& file : files)
-      if (!path.empty() && same_file(path, file)) return std::string(flag) + " " + path + " names the data file " + file;
+    for (const std::string& read : files) {
+      const bool zipped = read.size() > gz.size() && read.compare(read.size() - gz.size(), gz.size(), gz) == 0;
+      for (const std::string& file : {read, zipped ? read.substr(0, read.size() - gz.size()) : read + gz})
+        if (!path.empty() && same_file(path, file))
+          return std::string(flag) + " " + path + " names the data file " + file;
+    }
   return "";
 }
 

@@ -669,6 +669,11 @@ TEST_F(Cli, OutputsThatNameADataFileAreRefused) {
   fs::create_symlink(images, dir_ / "m.jsonl");
   expect_usage_error(run_on + "--metrics '" + (dir_ / "m.jsonl").string() + "'", "names the data file " + images);
   EXPECT_EQ(fs::file_size(labels), size_before);
+  // A gzipped copy beside a raw file is not read, and is still the data set's.
+  const std::string zipped = labels + ".gz";
+  fs::copy_file(labels, zipped);
+  expect_usage_error(run_on + "--metrics '" + zipped + "'", "--metrics " + zipped + " names the data file " + zipped);
+  EXPECT_EQ(fs::file_size(zipped), size_before);
   EXPECT_EQ(run(run_on).status, 0) << "the data set is intact";
 }
 
