@@ -21,6 +21,7 @@ Exit status: 0 done, 1 cannot write, 2 usage error, unreadable JSON or nothing u
 
 import argparse
 import errno
+import itertools
 import json
 import math
 import os
@@ -72,9 +73,22 @@ def print_out(line):
 
 
 class OneLineParser(argparse.ArgumentParser):
-    # One line for a usage error, like the project's other tools.
+    # One line for a usage error, like the project's other tools; as theirs, no abbreviated flags, and a
+    # flag given twice is refused (argparse would keep the last).
+    def __init__(self, **kwargs):
+        super().__init__(allow_abbrev=False, **kwargs)
+
     def error(self, message):
         raise PlotError(f"{message} (see --help)")
+
+    def parse_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        # A value that starts with "--" comes after "=", or argparse refuses it: every other such word is a flag.
+        flags = [t.split("=", 1)[0] for t in itertools.takewhile(lambda t: t != "--", args) if t.startswith("--")]
+        for flag in flags:
+            if flags.count(flag) > 1:
+                self.error(f"{flag}: given more than once")
+        return super().parse_args(args, namespace)
 
 
 def text(name):
@@ -362,8 +376,9 @@ def seconds_table(bench):
     kinds_differ = len({device_kind(r) for _, r in rows}) > 1
     table = {}
     for (path, r), suffix in zip(rows, settings_suffixes([r for _, r in rows], SETTINGS)):
-        impl, mode = str(r.get("impl") or ""), str(r.get("mode") or "")
+        impl, mode = str(r.get("impl") or r.get("name") or "?"), str(r.get("mode") or "")
         # lenet-bench rows share one impl ("lenet-dp") across modes; the peers name the mode in the impl.
+        # A row without an impl is named by its name (the legend has no empty label).
         name = impl if mode in impl else f"{impl} {mode}".strip()
         if kinds_differ and device_kind(r) not in (mode, None):
             name += f" on {device_kind(r)}"

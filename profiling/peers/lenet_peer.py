@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import errno
 import gzip
+import itertools
 import json
 import math
 import os
@@ -29,6 +30,8 @@ import zlib
 
 PROG = "lenet_peer"
 DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
+# The four IDX files, each raw or gzipped (NAME.gz).
+DATA_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 MAX_REPLICAS = 64  # lenet-bench's --replicas go to 64
 IMAGES_MAGIC = 0x00000803
 LABELS_MAGIC = 0x00000801
@@ -92,9 +95,22 @@ def print_out(line):
 
 class OneLineParser(argparse.ArgumentParser):
     # argparse prints the whole usage block before its message; the project's tools answer a usage
-    # error with one line, which scripts and tests can match.
+    # error with one line, which scripts and tests can match. As lenet-train's: no abbreviated flags,
+    # and a flag given twice is refused (argparse would keep the last).
+    def __init__(self, **kwargs):
+        super().__init__(allow_abbrev=False, **kwargs)
+
     def error(self, message):
         fail(f"{message} (see --help)", 2)
+
+    def parse_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        # A value that starts with "--" comes after "=", or argparse refuses it: every other such word is a flag.
+        flags = [t.split("=", 1)[0] for t in itertools.takewhile(lambda t: t != "--", args) if t.startswith("--")]
+        for flag in flags:
+            if flags.count(flag) > 1:
+                self.error(f"{flag}: given more than once")
+        return super().parse_args(args, namespace)
 
 
 def decimal(text):
@@ -183,9 +199,24 @@ def parse_args(argv):
             # which would put a regular file in a pipe's place, or cut off the file stdout or stderr writes.
             if os.path.exists(path) and not os.path.isfile(path):
                 raise DataError(f"{flag} {path}: not a regular file (it is written to a new file renamed over it)")
+            if os.path.lexists(path) and not os.path.exists(path):
+                raise DataError(f"{flag} {path}: a symbolic link naming no file (dangling, or a loop)")
             if os.path.exists(path) and any(same_inode(path, fd) for fd in (1, 2)):
                 raise DataError(f"{flag} {path}: the file stdout or stderr writes (it is replaced by a rename)")
+            # The data set's files, in both forms (the one not read is the data set's too).
+            folder = resolve_data_dir(a.data_dir)
+            for name in DATA_FILES:
+                for data_file in (os.path.join(folder, name), os.path.join(folder, name + ".gz")):
+                    if same_file(path, data_file):
+                        raise UsageError(f"{flag} {path} names the data file {data_file}")
     return a
+
+
+def same_file(a, b):
+    """Whether paths a and b name one file: the same inode where both exist, else the same resolved path."""
+    if os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def same_inode(path, fd):

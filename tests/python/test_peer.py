@@ -313,6 +313,11 @@ class PeerErrors(WithDataset):
             self.assertIn(f"argument --epochs: {value} is not a decimal integer",
                           self.assert_one_line(run_peer("--data-dir", self.data, "--epochs", value), 2))
         self.assertIn("argument --epochs: empty value", self.assert_one_line(run_peer("--data-dir", self.data, "--epochs", ""), 2))
+        # As lenet-train: a flag given twice (argparse would keep the last) or abbreviated is refused.
+        for args, said in ((["--epochs", "1", "--epochs=2"], "--epochs: given more than once"),
+                           (["--quiet", "--quiet"], "--quiet: given more than once"),
+                           (["--epoch", "1"], "unrecognized arguments: --epoch 1")):
+            self.assertIn(said, self.assert_one_line(run_peer("--data-dir", self.data, *args), 2))
         # Not the folder LENET_DATA_DIR or the default names (a missing one here: no training run if taken).
         line = self.assert_one_line(run_peer("--data-dir", "", env=dict(os.environ, LENET_DATA_DIR=self.tmp.name + "/none")), 2)
         self.assertIn("--data-dir: empty value", line)
@@ -326,6 +331,27 @@ class PeerErrors(WithDataset):
                 with self.subTest(flag=flag, path=path):
                     self.assertIn(said, self.assert_one_line(run_peer("--data-dir", self.data, flag, path), 1))
         self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))  # still there
+        # A link naming no file is refused before training, not when the row is written after it.
+        loop, dangling = os.path.join(self.tmp.name, "loop"), os.path.join(self.tmp.name, "dangling")
+        os.symlink(loop, loop)
+        os.symlink(os.path.join(self.tmp.name, "none"), dangling)
+        for path in (loop, dangling):
+            self.assertIn(f"--json {path}: a symbolic link naming no file",
+                          self.assert_one_line(run_peer("--data-dir", self.data, "--json", path), 1))
+        # A data file, in the form read, the other (a .gz beside a raw file), or through a link, is not replaced.
+        labels = os.path.join(self.data, "t10k-labels-idx1-ubyte")  # raw here
+        link = os.path.join(self.tmp.name, "labels.json")
+        os.symlink(labels, link)
+        with open(labels, "rb") as f:
+            before = f.read()
+        for flag in ("--json", "--dump-params"):
+            for path, named in ((labels, labels), (labels + ".gz", labels + ".gz"), (link, labels)):
+                with self.subTest(flag=flag, path=path):
+                    self.assertIn(f"{flag} {path} names the data file {named}",
+                                  self.assert_one_line(run_peer("--data-dir", self.data, flag, path), 2))
+        with open(labels, "rb") as f:
+            self.assertEqual(f.read(), before)
+        self.assertFalse(os.path.exists(labels + ".gz"))
         out = os.path.join(self.tmp.name, "out")
         with open(out, "w") as f:
             proc = subprocess.run([sys.executable, PEER, "--data-dir", self.data, "--json", out], stdout=f,

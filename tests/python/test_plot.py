@@ -84,6 +84,14 @@ class PlotErrors(unittest.TestCase):
     def test_usage(self):
         self.assert_one_line_error(run_plot(SAMPLE), 2)  # --out missing
         self.assertIn("--out: empty value", self.assert_one_line_error(run_plot("--out", "", SAMPLE), 2))
+        # As lenet-train: a flag given twice (argparse would keep the last) or abbreviated is refused.
+        with tempfile.TemporaryDirectory() as d:
+            a, b = os.path.join(d, "a"), os.path.join(d, "b")
+            self.assertIn("--out: given more than once",
+                          self.assert_one_line_error(run_plot("--out", a, f"--out={b}", SAMPLE), 2))
+            self.assertIn("the following arguments are required: --out",
+                          self.assert_one_line_error(run_plot("--ou", a, SAMPLE), 2))
+            self.assertEqual(os.listdir(d), [])
 
     def test_closed_stdout_or_stderr(self):
         # A closed stdout, which would lose the lines naming the files written, is refused first; with a
@@ -459,6 +467,10 @@ class SecondsSeries(PlotModule):
             self.assertEqual(table, {"lenet-dp cpu": {1: 6.5}}, bad)
             self.assertIn(f'b.json: row "x": replicas {json.dumps(bad)} is not a replica count', said.getvalue())
         self.assertEqual(self.plot.seconds_table([("a.json", dict(base, replicas=2.0))]), {"lenet-dp cpu": {2: 6.5}})
+        # A row without an impl is named by its name, not left without a label.
+        unnamed = {k: v for k, v in base.items() if k not in ("impl", "mode")}
+        table = self.plot.seconds_table([("a.json", dict(unnamed, name="x")), ("b.json", dict(unnamed, name="y"))])
+        self.assertEqual(table, {"x": {1: 6.5}, "y": {1: 6.5}})
         table = self.plot.seconds_table([("a.json", base), ("b.json", dict(base, replicas=2, batch_size=256.0))])
         self.assertEqual(list(table), ["lenet-dp cpu"])  # 256 and 256.0 are one batch size
         # ... and one series, named alike, where another batch size makes the batch size part of the name.
