@@ -528,6 +528,14 @@ int main(int argc, char** argv) {
     say("--json and --markdown name the same file " + o.json_path);
     return 2;
   }
+  // A peer's row may be all that is left of a long GPU run: the results are not written over it.
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--json", o.json_path},
+                                   {"--markdown", o.markdown_path}})
+    for (const std::string& peer : o.peers)
+      if (!path.empty() && engine::same_file(path, peer)) {
+        say(std::string(flag) + " " + path + " names the --peers file " + peer);
+        return 2;
+      }
   if (o.no_allreduce && app.count("--allreduce-replicas") > 0) {
     say("--allreduce-replicas: the allreduce sweep is skipped by --no-allreduce");
     return 2;

@@ -208,6 +208,7 @@ std::optional<double> epoch_spread(const std::vector<double>& seconds) {
 }
 
 BenchRow row_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw std::runtime_error(std::string("a JSON ") + j.type_name() + ", not an object");
   for (const char* key : {"name", "impl", "mode", "replicas", "devices", "batch_size", "lr", "epochs"})
     if (!j.contains(key)) throw std::runtime_error(std::string("benchmark row without \"") + key + "\"");
   BenchRow r;
@@ -224,7 +225,7 @@ BenchRow row_from_json(const nlohmann::json& j) {
   for (size_t i = 0; i < devices.size(); ++i) r.devices.push_back(get_name({{"devices", devices[i]}}, "devices"));
   r.batch_size = static_cast<int>(get_number(j, "batch_size", 1, kMostInt, true));
   r.lr = get_number(j, "lr", std::numeric_limits<double>::min(), std::numeric_limits<double>::max(), false);
-  r.epochs = static_cast<int>(get_number(j, "epochs", 0, kMostInt, true));
+  r.epochs = static_cast<int>(get_number(j, "epochs", 1, kMostInt, true));
   // 0: not recorded (a row from before the field).
   r.train_examples = j.contains("train_examples") ? static_cast<int64_t>(get_number(j, "train_examples", 0, 0x1p53, true)) : 0;
   r.seconds_per_epoch = get_opt(j, "seconds_per_epoch");
@@ -244,6 +245,9 @@ BenchRow row_from_json(const nlohmann::json& j) {
     if (!list.empty() && list.size() != size_t(r.epochs))
       throw std::runtime_error(std::string("\"") + key + "\" has " + std::to_string(list.size()) +
                                " entries, not one per epoch (" + std::to_string(r.epochs) + ")");
+  if (r.test_acc && !r.test_acc_per_epoch.empty() && *r.test_acc != r.test_acc_per_epoch.back())
+    throw std::runtime_error("\"test_acc\" is " + engine::format_double(*r.test_acc) + ", not the last epoch's (" +
+                             engine::format_double(r.test_acc_per_epoch.back()) + ")");
   // Absent from rows made before it.
   if (j.contains("seconds_per_epoch_spread")) r.seconds_per_epoch_spread = get_opt(j, "seconds_per_epoch_spread");
   // A time or rate of 0 measures nothing (the table's ratios would divide by it), and a rate that is not

@@ -148,6 +148,15 @@ TEST(BenchModel, JsonRoundTripAndMarkdown) {
   const BenchRow back = row_from_json(to_json(b));
   EXPECT_EQ(to_json(back), to_json(b));
   EXPECT_TRUE(to_json(b)["idle_ms_per_step"].is_null());
+  // A list of rows, a number, null: not a row, and said so (not "without \"name\"").
+  for (const nlohmann::json& not_a_row : {nlohmann::json::array({to_json(b)}), nlohmann::json(5), nlohmann::json()}) {
+    try {
+      row_from_json(not_a_row);
+      ADD_FAILURE() << not_a_row.dump() << " accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("a JSON ") + not_a_row.type_name() + ", not an object");
+    }
+  }
   nlohmann::json missing = to_json(b);
   missing.erase("test_acc");
   EXPECT_THROW(row_from_json(missing), std::runtime_error);
@@ -171,6 +180,8 @@ TEST(BenchModel, JsonRoundTripAndMarkdown) {
            {"lr", 0, "\"lr\" is 0, not a number"},
            {"seconds_per_epoch", -1.0, "\"seconds_per_epoch\" is -1.0, not a number from 0"},
            {"test_acc", 7.5, "\"test_acc\" is 7.5, not a number from 0 to 1"},
+           {"test_acc", 0.5, "\"test_acc\" is 0.5, not the last epoch's (0.83)"},
+           {"epochs", 0, "\"epochs\" is 0, not an integer from 1 to"},
            {"test_acc_per_epoch", {0.5, -3}, "\"test_acc_per_epoch\" is -3, not a number from 0 to 1"},
            {"test_acc_per_epoch", 0.5, "\"test_acc_per_epoch\" is not a list"},
            {"epoch_seconds", {1.0, "x"}, "\"epoch_seconds\" is \"x\", not a number"},
@@ -437,6 +448,11 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.md").string() + "'"), 2);  // the --markdown file of `base`
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
             "lenet-bench: --json and --markdown name the same file " + (dir_ / "b.md").string() + "\n");
+  // A peer's row is not written over, through another name either.
+  EXPECT_EQ(run_bench("--peers '" + (dir_ / "." / "b.md").string() + "'"), 2);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --markdown " + (dir_ / "b.md").string() +
+                                                     " names the --peers file " + (dir_ / "." / "b.md").string() +
+                                                     "\n");
   // Both to stdout, whatever it is: here /dev/null, a device. Two outputs may share a device otherwise.
   const std::string without_markdown = base.substr(0, base.find("--markdown"));
   const std::string both = without_markdown + "--json - --markdown - >/dev/null 2>'" + err + "'";
