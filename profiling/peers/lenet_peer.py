@@ -204,9 +204,9 @@ def parse_args(argv):
             if os.path.exists(path) and any(same_inode(path, fd) for fd in (1, 2)):
                 raise DataError(f"{flag} {path}: the file stdout or stderr writes (it is replaced by a rename)")
             # The data set's files, in both forms (the one not read is the data set's too).
-            folder = resolve_data_dir(a.data_dir)
+            data_dir = resolve_data_dir(a.data_dir)
             for name in DATA_FILES:
-                for data_file in (os.path.join(folder, name), os.path.join(folder, name + ".gz")):
+                for data_file in (os.path.join(data_dir, name), os.path.join(data_dir, name + ".gz")):
                     if same_file(path, data_file):
                         raise UsageError(f"{flag} {path} names the data file {data_file}")
     return a
