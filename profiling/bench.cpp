@@ -528,9 +528,10 @@ int main(int argc, char** argv) {
     say("--json and --markdown name the same file " + o.json_path);
     return 2;
   }
+  using Output = std::pair<const char*, const std::string&>;  // a flag and its file ("": not given)
+  const Output outputs[] = {{"--json", o.json_path}, {"--markdown", o.markdown_path}};
   // A peer's row may be all that is left of a long GPU run: the results are not written over it.
-  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--json", o.json_path},
-                                   {"--markdown", o.markdown_path}})
+  for (const auto& [flag, path] : outputs)
     for (const std::string& peer : o.peers)
       if (!path.empty() && engine::same_file(path, peer)) {
         say(std::string(flag) + " " + path + " names the --peers file " + peer);
@@ -571,8 +572,7 @@ int main(int argc, char** argv) {
       return std::runtime_error(problem + " (" + flag + ")");
     };
     std::vector<std::unique_ptr<engine::PipeWriteEnd>> pipes;
-    for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--json", o.json_path},
-                                     {"--markdown", o.markdown_path}}) {
+    for (const auto& [flag, path] : outputs) {
       if (path.empty()) continue;
       if (const std::string problem = output_problem(path); !problem.empty()) throw output_error(problem, flag);
       pipes.push_back(std::make_unique<engine::PipeWriteEnd>(path));

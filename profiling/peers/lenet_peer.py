@@ -185,6 +185,9 @@ def parse_args(argv):
             raise UsageError(f"{flag} {v}: must be at least 1")
     if a.profile_steps < 0:
         raise UsageError(f"--profile-steps {a.profile_steps}: must be at least 0")
+    # The data set's files, in both forms (the one not read is the data set's too).
+    data_dir = resolve_data_dir(a.data_dir)
+    data_files = [os.path.join(data_dir, name + gz) for name in DATA_FILES for gz in ("", ".gz")]
     for flag, path in (("--json", a.json), ("--dump-params", a.dump_params)):
         if path == "":
             raise UsageError(f"{flag}: empty value")
@@ -203,12 +206,9 @@ def parse_args(argv):
                 raise DataError(f"{flag} {path}: a symbolic link naming no file (dangling, or a loop)")
             if os.path.exists(path) and any(same_inode(path, fd) for fd in (1, 2)):
                 raise DataError(f"{flag} {path}: the file stdout or stderr writes (it is replaced by a rename)")
-            # The data set's files, in both forms (the one not read is the data set's too).
-            data_dir = resolve_data_dir(a.data_dir)
-            for name in DATA_FILES:
-                for data_file in (os.path.join(data_dir, name), os.path.join(data_dir, name + ".gz")):
-                    if same_file(path, data_file):
-                        raise UsageError(f"{flag} {path} names the data file {data_file}")
+            for data_file in data_files:
+                if same_file(path, data_file):
+                    raise UsageError(f"{flag} {path} names the data file {data_file}")
     return a
 
 
