@@ -62,7 +62,15 @@ inline __attribute__((always_inline)) void block_product(int mc, int nc, int kc,
 // On x86-64 Linux with glibc (GCC or Clang; the choice is an ifunc, which glibc's loader resolves)
 // compiled twice, for AVX2 (twice as wide) and for the baseline, and chosen at load time by the CPU.
 // AVX2 without FMA rounds every product and sum as the baseline does: the same bits either way.
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__) && defined(__GLIBC__)
+// Not under ThreadSanitizer: the loader runs the instrumented resolver before TSan has started (a crash).
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define LENET_THREAD_SANITIZER 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(LENET_THREAD_SANITIZER)
+#define LENET_GEMM_CLONES
+#elif defined(__x86_64__) && defined(__GNUC__) && defined(__linux__) && defined(__GLIBC__)
 #define LENET_GEMM_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define LENET_GEMM_CLONES
