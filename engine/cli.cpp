@@ -386,6 +386,13 @@ int run_cli(int argc, const char* const* argv) {
     if (!parsed) return 0;
     CliOptions o = *parsed;
     resuming = !o.resume_path.empty();
+    if (o.train.epochs == 0) {  // flags that only training reads, from a command shared with training runs
+      std::string ignored;
+      for (const auto& [flag, given] : {std::pair<const char*, bool>{"--lr", o.lr_given}, {"--seed", o.seed_given},
+                                        {"--train-limit", o.train_limit != 0}})
+        if (given) ignored += (ignored.empty() ? "" : ", ") + std::string(flag);
+      if (!ignored.empty()) say(ignored + ": nothing trains with --epochs 0; ignored");
+    }
     std::optional<Checkpoint> checkpoint;
     // --load and --resume exclude each other (validate() refused both).
     if (const std::string& from = o.load_path.empty() ? o.resume_path : o.load_path; !from.empty()) {

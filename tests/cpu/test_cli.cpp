@@ -479,6 +479,11 @@ TEST_F(Cli, SaveResumeEqualsUninterruptedAndLoadEvaluates) {
   r = run(common + "--epochs 0 --load '" + a + "'");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("no training on [cpu]"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err, "lenet-train: --train-limit: nothing trains with --epochs 0; ignored\n");
+  const Result flags = run(common + "--epochs 0 --load '" + a + "' --seed 7 --lr 0.5");
+  EXPECT_EQ(flags.status, 0) << flags.err;
+  EXPECT_EQ(flags.out, r.out);
+  EXPECT_EQ(flags.err, "lenet-train: --lr, --seed, --train-limit: nothing trains with --epochs 0; ignored\n");
   expect_usage_error(common + "--epochs 3 --resume '" + b + "' --lr 0.1", "--lr");
   expect_usage_error("--backend cpu --quiet --epochs 3 --resume '" + b + "' --batch-size 32",
                      "--batch-size differs from the value 64 saved in --resume");
