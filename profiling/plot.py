@@ -26,6 +26,7 @@ import json
 import math
 import os
 import sys
+import warnings
 
 PROG = "plot.py"
 
@@ -445,8 +446,9 @@ def save(plt, fig, out_dir, name, tight=False):
         fig.savefig(path, dpi=120, bbox_inches="tight")
     except OSError as e:
         raise PlotError(f"{path}: cannot write ({e.strerror})", 1)
-    except (ValueError, IndexError, OverflowError) as e:
-        # e.g. a figure of too many bars or panels ("Image size of ... is too large"), or steps at 1e308
+    except (ValueError, IndexError, OverflowError, RuntimeWarning) as e:
+        # e.g. a figure of too many bars or panels ("Image size of ... is too large"), or an axis from 1e-300
+        # to 1e308 (numpy's overflow, raised while main draws)
         raise PlotError(f"{path}: cannot draw ({e})", 1)
     finally:
         plt.close(fig)
@@ -557,7 +559,13 @@ def main(argv):
     for data, draw, name in ((acc, draw_accuracy, "accuracy.png"), (seconds, draw_seconds, "seconds_per_epoch.png"),
                              (panels, draw_timeline, "timeline.png")):
         if data:
-            draw(plt, data, args.out)
+            # Values that numpy overflows on would give a plot of nonsense axes and warnings of several lines.
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", RuntimeWarning)
+                try:
+                    draw(plt, data, args.out)
+                except RuntimeWarning as e:  # raised before save(), which names the others
+                    raise PlotError(f"{os.path.join(args.out, name)}: cannot draw ({e})", 1) from None
         elif os.path.lexists(os.path.join(args.out, name)):  # beside this run's plots, it would pass for one
             say(f"{os.path.join(args.out, name)}: from an earlier run (nothing to draw it from here); left as it is")
     return 0

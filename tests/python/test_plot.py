@@ -230,6 +230,22 @@ class PlotSample(unittest.TestCase):
             self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
             self.assertIn("cannot draw (Image size of", r.stderr)
 
+    def test_values_that_overflow_an_axis_are_one_line(self):
+        # numpy's overflow warnings (several lines each) become the plot's one-line error, and no file.
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "timeline-t.json"), "w") as f:
+                json.dump({"mode": "graph", "steps": [{"step": 1, "busy_ms": 1e308, "idle_ms": 1e308}]}, f)
+            with open(os.path.join(d, "rows.json"), "w") as f:
+                json.dump([{"name": "n", "impl": "i", "mode": "m", "replicas": r, "seconds_per_epoch": s}
+                           for r, s in ((1, 1e308), (2, 1e-300))], f)
+            for name, png in (("timeline-t.json", "timeline.png"), ("rows.json", "seconds_per_epoch.png")):
+                out = os.path.join(d, "out-" + name)
+                r = run_plot("--out", out, os.path.join(d, name))
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+                self.assertIn(f"{png}: cannot draw (overflow encountered in ", r.stderr)
+                self.assertFalse(os.path.exists(os.path.join(out, png)))
+
     def test_a_cut_off_last_line_does_not_stop_the_plots(self):
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "good.jsonl"), "w") as f:
