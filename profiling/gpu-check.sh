@@ -93,7 +93,7 @@ ctest_step() {
   ((left < limit)) && limit=$left
   cut=$((limit > 30 ? limit - 15 : limit / 2 + 1))  # a stop time already past would mean tomorrow's
   # In UTC: CTest applies the local offset in whole hours, so in a zone such as +05:30 the time is wrong.
-  step "$name" "$limit" env TZ=UTC ctest --test-dir "$build" --output-on-failure \
+  step "$name" "$limit" env TZ=UTC ctest --test-dir "$build" --output-on-failure "${ctest_sizes[@]}" \
     --stop-time "$(TZ=UTC date -d "@$(($(date +%s) + cut))" +%H:%M:%S)" "$@"
 }
 
@@ -116,6 +116,10 @@ export PATH="$cuda_dir/bin:$PATH"
 command -v compute-sanitizer || true  # where it is; the sanitizer phase says when it is missing
 nvcc --version | tail -n 2 || echo "nvcc: not found"
 cmake --version | head -n 1
+# A passing test's whole output in the JUnit files (CTest keeps 1 KiB by default), so that they show
+# which of a program's tests ran; CMake 3.24 and later.
+ctest_sizes=()
+[[ $(ctest --help 2>&1) == *--test-output-size-passed* ]] && ctest_sizes=(--test-output-size-passed 1000000)
 nproc
 
 # cuDNN: the toolkit's or the system's, else PyTorch's wheel.
@@ -237,15 +241,24 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
   elif phase sanitizers; then
     # First whether it works here at all (on some virtual machines it refuses the device): the GPU probe
     # test under memcheck. Its failure stands for the four runs, which are then left out.
-    step "sanitizer probe" 60 compute-sanitizer --tool memcheck --error-exitcode 99 "$build/tests/test_gpu_probe" \
-      --gtest_filter=CudaProbe.DeviceAnswersAndIsUsable
+    # The sanitizer's own lines go to a file: on gVisor it says "Device not supported" (then fails the
+    # first allocation, which the test makes).
+    probe_report=$out/sanitizer-probe.txt
+    step "sanitizer probe" 60 compute-sanitizer --tool memcheck --error-exitcode 99 --log-file "$probe_report" \
+      "$build/tests/test_gpu_probe" --gtest_filter=CudaProbe.DeviceAnswersAndIsUsable
     probe_rc=$?
+    [[ -f $probe_report ]] && cat "$probe_report"
     last=$((${#results[@]} - 1))
+    if grep -qi 'not supported' "$probe_report" 2>/dev/null; then
+      results[last]="sanitizer probe|compute-sanitizer refuses the device here ($(grep -i -m 1 'not supported' "$probe_report" |
+        tr -d '|')); no runs"
+      probe_rc=1
+    fi
     case $probe_rc in
       0) ;;
       124 | 137) results[last]="sanitizer probe|timed out; no runs" ;;
       99) results[last]="sanitizer probe|errors found (exit 99)" ;;
-      *) [[ ${results[last]} == *skipped* ]] ||
+      *) [[ ${results[last]} == *skipped* || ${results[last]} == *refuses* ]] ||
         results[last]="sanitizer probe|failed (exit $probe_rc): compute-sanitizer or the GPU unusable here (kernel $(uname -r)); no runs" ;;
     esac
     sanitizer_help=$(compute-sanitizer --help 2>&1)
@@ -318,6 +331,10 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
   phase cpu && step "cpu R=1" 300 "$train" --backend cpu --epochs "$epochs" --metrics "$out/cpu-r1.jsonl"
 fi
 
+# Exit status: 0 when every step ran and passed; 1 when one failed, timed out or was skipped for time.
+status=0
+for r in "${results[@]}"; do [[ ${r#*|} == ok ]] || status=1; done
+
 echo "=== summary"
 {
   echo "# GPU check"
@@ -326,6 +343,7 @@ echo "=== summary"
   echo "- GPU: ${gpu_name:-none} x ${gpus}, driver ${driver:-none}"
   echo "- date: $(date -u +%Y-%m-%d)"
   echo "- wall time: $(($(date +%s) - start_time)) s of a ${budget} s budget"
+  echo "- exit status: $status ($( ((status == 0)) && echo "every step passed" || echo "see the table"))"
   [[ ${gpus:-0} -ge 2 ]] ||
     echo "- one GPU: peer copies and event waits between GPUs are not tested (the two-GPU test skips; replicas share it)"
   echo
@@ -381,9 +399,6 @@ if rows:
 PY
   [[ -f $out/bench.md ]] && { echo; cat "$out/bench.md"; }
 } | tee "$out/summary.md"
-# Exit status: 0 when every step ran and passed; 1 when one failed, timed out or was skipped for time.
-status=0
-for r in "${results[@]}"; do [[ ${r#*|} == ok ]] || status=1; done
 exec >&- 2>&-
 wait "$tee_pid"
 exit $status

@@ -15,6 +15,16 @@ TEST(CudaProbe, DeviceAnswersAndIsUsable) {
   ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
   EXPECT_GT(prop.multiProcessorCount, 0);
   EXPECT_NE(p.describe().find("CUDA device"), std::string::npos);
+  // Its memory too (the GPU check's sanitizer probe runs this test: some hosts answer the queries above
+  // and refuse the first allocation under compute-sanitizer).
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  void* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 64), cudaSuccess);
+  unsigned char h[64] = {};
+  EXPECT_EQ(cudaMemset(d, 0x5a, sizeof h), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(cudaFree(d), cudaSuccess);
+  for (const unsigned char b : h) ASSERT_EQ(b, 0x5a);
 }
 
 TEST(CudaProbe, FailedCallNamesItsDeviceAndWhatToTry) {

@@ -57,7 +57,8 @@ class GpuCheckArguments(unittest.TestCase):
 
 # Stand-ins: each logs its arguments (one line) to $STANDIN_LOG. cmake --build makes the two programs the
 # check runs; compute-sanitizer runs its program after its own options (each with a value), or exits with
-# $SANITIZER_EXIT where its arguments hold $SANITIZER_EXIT_ON.
+# $SANITIZER_EXIT where its arguments hold $SANITIZER_EXIT_ON; its --log-file holds $SANITIZER_SAYS where
+# that is set, else an error summary of 0 errors. ctest --help names the one option the check looks for.
 STANDINS = {
     "nvidia-smi": """case "$*" in
   *--query-gpu=name*) echo "NVIDIA H200" ;;
@@ -75,15 +76,21 @@ if [[ $1 == --build ]]; then
     chmod +x "$2/$p"
   done
 fi""",
-    "ctest": 'echo "ctest LENET_GPU_REQUIRED=${LENET_GPU_REQUIRED:-} $*" >>"$STANDIN_LOG"',
+    "ctest": """[[ $1 == --help ]] && { echo "  --test-output-size-passed <size>"; exit 0; }
+echo "ctest LENET_GPU_REQUIRED=${LENET_GPU_REQUIRED:-} $*" >>"$STANDIN_LOG"
+""",
     "compute-sanitizer": """if [[ $1 == --help ]]; then
   echo "--report-api-errors --racecheck-detect-level --kernel-name"
   exit 0
 fi
 echo "compute-sanitizer $*" >>"$STANDIN_LOG"
+if [[ -n ${SANITIZER_SAYS:-} ]]; then
+  args=("$@")
+  for ((i = 0; i < $#; i++)); do [[ ${args[i]} == --log-file ]] && echo "$SANITIZER_SAYS" >"${args[i + 1]}"; done
+fi
 [[ -n ${SANITIZER_EXIT:-} && "$*" == *${SANITIZER_EXIT_ON:-}* ]] && exit "$SANITIZER_EXIT"
 while [[ $1 == -* ]]; do
-  [[ $1 == --log-file ]] && echo "========= ERROR SUMMARY: 0 errors" >"$2"
+  [[ $1 == --log-file && -z ${SANITIZER_SAYS:-} ]] && echo "========= ERROR SUMMARY: 0 errors" >"$2"
   [[ $1 == --*=* ]] && shift || shift 2
 done
 exec "$@"
@@ -138,6 +145,7 @@ class GpuCheckSteps(unittest.TestCase):
                 self.assertEqual(len(ctest), 1, calls)
                 self.assertIn("LENET_GPU_REQUIRED=1 ", ctest[0])  # no device fails the tests
                 self.assertIn("-L gpu -E ^test_cuda_accuracy$", ctest[0])
+                self.assertIn("--test-output-size-passed 1000000", ctest[0])  # the JUnit file names each test
 
     def test_sanitizer_runs_with_each_tools_options(self):
         proc, summary, calls = self.run_check(420)
@@ -155,6 +163,7 @@ class GpuCheckSteps(unittest.TestCase):
             self.assertEqual("--kernel-name kns=lenet" in call, "racecheck" in call, call)
         # Each run's program was started (the sanitizer ran it).
         self.assertEqual(sum(c.startswith("engine/lenet-train --backend cuda") for c in calls), 4, calls)
+        self.assertIn("- exit status: 0 (every step passed)", summary)
 
     def test_a_sanitizer_that_refuses_the_device_is_one_line_and_no_runs(self):
         proc, summary, calls = self.run_check(420, SANITIZER_EXIT="255", SANITIZER_EXIT_ON="test_gpu_probe")
@@ -162,6 +171,16 @@ class GpuCheckSteps(unittest.TestCase):
         results = self.results(summary)
         self.assertRegex(results["sanitizer probe"], r"^failed \(exit 255\): compute-sanitizer or the GPU unusable")
         self.assertFalse([k for k in results if k.startswith("sanitizer ") and k != "sanitizer probe"], summary)
+        self.assertEqual([c for c in calls if c.startswith("compute-sanitizer ")][1:], [])
+
+    def test_a_device_not_supported_is_said_and_no_runs(self):
+        # As on gVisor: the probe's report says so, and the test's allocation then fails.
+        proc, summary, calls = self.run_check(420, SANITIZER_SAYS="========= Device not supported: 0",
+                                              SANITIZER_EXIT="1", SANITIZER_EXIT_ON="test_gpu_probe")
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("- exit status: 1 (see the table)", summary)
+        self.assertEqual(self.results(summary)["sanitizer probe"],
+                         "compute-sanitizer refuses the device here (========= Device not supported: 0); no runs")
         self.assertEqual([c for c in calls if c.startswith("compute-sanitizer ")][1:], [])
 
     def test_errors_found_are_told_from_a_failed_run(self):
