@@ -249,9 +249,9 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
     probe_rc=$?
     [[ -f $probe_report ]] && cat "$probe_report"
     last=$((${#results[@]} - 1))
-    if grep -qi 'not supported' "$probe_report" 2>/dev/null; then
-      results[last]="sanitizer probe|compute-sanitizer refuses the device here ($(grep -i -m 1 'not supported' "$probe_report" |
-        tr -d '|')); no runs"
+    refused=$(grep -i -m 1 'device not supported' "$probe_report" 2>/dev/null | tr -d '|')
+    if [[ -n $refused ]]; then
+      results[last]="sanitizer probe|compute-sanitizer refuses the device here ($refused); no runs"
       probe_rc=1
     fi
     case $probe_rc in
