@@ -243,7 +243,9 @@ class PlotSample(unittest.TestCase):
                 r = run_plot("--out", out, os.path.join(d, name))
                 self.assertEqual(r.returncode, 1, r.stderr)
                 self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
-                self.assertIn(f"{png}: cannot draw (overflow encountered in ", r.stderr)
+                # Debian's matplotlib 3.6 overflows in numpy ("overflow encountered in ..."); another may
+                # raise an error of its own, which is the same one line.
+                self.assertIn(f"{png}: cannot draw (", r.stderr)
                 self.assertFalse(os.path.exists(os.path.join(out, png)))
 
     def test_a_cut_off_last_line_does_not_stop_the_plots(self):
