@@ -446,9 +446,9 @@ def save(plt, fig, out_dir, name, tight=False):
         fig.savefig(path, dpi=120, bbox_inches="tight")
     except OSError as e:
         raise PlotError(f"{path}: cannot write ({e.strerror})", 1)
-    except (ValueError, IndexError, OverflowError, RuntimeWarning) as e:
-        # e.g. a figure of too many bars or panels ("Image size of ... is too large"), or an axis from 1e-300
-        # to 1e308 (numpy's overflow, raised while main draws)
+    except (ValueError, IndexError, OverflowError) as e:
+        # e.g. a figure of too many bars or panels ("Image size of ... is too large"); numpy's overflow
+        # warnings are main's
         raise PlotError(f"{path}: cannot draw ({e})", 1)
     finally:
         plt.close(fig)
@@ -564,7 +564,7 @@ def main(argv):
                 warnings.simplefilter("error", RuntimeWarning)
                 try:
                     draw(plt, data, args.out)
-                except RuntimeWarning as e:  # raised before save(), which names the others
+                except RuntimeWarning as e:  # while drawing or in save() (which closes the figure)
                     raise PlotError(f"{os.path.join(args.out, name)}: cannot draw ({e})", 1) from None
         elif os.path.lexists(os.path.join(args.out, name)):  # beside this run's plots, it would pass for one
             say(f"{os.path.join(args.out, name)}: from an earlier run (nothing to draw it from here); left as it is")
