@@ -1,5 +1,5 @@
 // lenet-train's command line: flags to options, backend choice, checkpoints, signals, exit statuses
-// (0 done, 1 runtime error, 2 usage error, 128 + signal when stopped by SIGINT or SIGTERM).
+// (0 done, 1 runtime error, 2 usage error, 128 + signal when stopped by SIGINT, SIGTERM or SIGHUP).
 #pragma once
 #include <cstdint>
 #include <optional>

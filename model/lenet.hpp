@@ -1,4 +1,4 @@
-// The LeNet of the source text (see ../shared/ARCHITECTURE.md): its shapes, the layout of all
+// The LeNet of the source text (see the team's ARCHITECTURE.md, outside this repository): its shapes, the layout of all
 // parameters in one flat buffer (and gradients in another of the same layout), initialisation and SGD.
 #pragma once
 #include <array>

@@ -1,6 +1,7 @@
 // NVTX ranges in the `lenet` domain, so an Nsight Systems timeline reads like the algorithm (epoch,
-// step, h2d, forward, backward, allreduce, update, eval). Header-only; costs a branch when no tool is
-// attached, and nothing with NVTX_DISABLE or in a build without CUDA (NVTX comes with the toolkit).
+// step, h2d, forward, backward, allreduce, update, eval; graph mode's replay, the CPU's
+// forward_backward). Header-only; costs a branch when no tool is attached, and nothing with
+// NVTX_DISABLE or in a build without CUDA (NVTX comes with the toolkit).
 #pragma once
 #include "graphs/have_cuda.hpp"
 #if LENET_HAVE_CUDA

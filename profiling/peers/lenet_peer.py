@@ -9,7 +9,8 @@ tensors, so the C++/CUDA trainer can be compared with what PyTorch itself does.
                       step (gather, forward, backward, allreduce, SGD) captured in a CUDA graph.
 
 Final line (stdout), like the source text: `test acc: 0.83, 3.04 sec/epoch on [cuda:0, cuda:1]`.
-Exit status: 0 done, 1 data or runtime error, 2 usage error; each error is one line on stderr.
+Exit status: 0 done, 1 data or runtime error, 2 usage error, 130 interrupted (Ctrl-C); each error is one
+line on stderr.
 """
 
 import argparse
@@ -923,7 +924,8 @@ if __name__ == "__main__":
         fail(str(e), 1)
     except MemoryError:
         fail("out of host memory; try a smaller --batch-size or fewer --replicas", 1)
-    except RuntimeError as e:  # PyTorch's allocators say so in a RuntimeError (CUDA's: torch.cuda.OutOfMemoryError)
-        if "out of memory" not in str(e) and "can't allocate memory" not in str(e):
-            raise
-        fail(f"out of memory ({str(e).splitlines()[0]}); try a smaller --batch-size or fewer --replicas", 1)
+    except RuntimeError as e:  # PyTorch's errors, CUDA's (torch.AcceleratorError) and its allocators' included
+        first = (str(e).splitlines() or [type(e).__name__])[0]  # CUDA's add lines of advice on debugging
+        if "out of memory" in str(e) or "can't allocate memory" in str(e):
+            fail(f"out of memory ({first}); try a smaller --batch-size or fewer --replicas", 1)
+        fail(f"PyTorch: {first}", 1)

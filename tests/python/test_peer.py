@@ -413,6 +413,21 @@ class PeerErrors(WithDataset):
         self.assertFalse(os.path.exists(js))
 
     @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+    def test_an_error_pytorch_raises_is_one_line(self):
+        # The peer run as a script, with a convolution that fails as CUDA's do: a first line, then advice.
+        code = ("import runpy, sys, torch.nn.functional as F\n"
+                "def conv2d(*args, **kwargs):\n"
+                "    raise RuntimeError('CUDA error: an illegal memory access was encountered\\n'\n"
+                "                       'CUDA kernel errors might be asynchronously reported')\n"
+                "F.conv2d = conv2d\n"
+                "sys.argv = sys.argv[1:]\n"
+                "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+        r = subprocess.run([sys.executable, "-c", code, PEER, "--data-dir", self.data, "--epochs", "1", "--quiet"],
+                           capture_output=True, text=True, timeout=600, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+        self.assertEqual(self.assert_one_line(r, 1),
+                         "lenet_peer: PyTorch: CUDA error: an illegal memory access was encountered")
+
+    @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
     def test_missing_data_names_the_package(self):
         line = self.assert_one_line(run_peer("--data-dir", os.path.join(self.tmp.name, "none")), 1)
         self.assertIn("apt-get install dataset-fashion-mnist", line)
