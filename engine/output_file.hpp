@@ -111,8 +111,10 @@ inline std::string new_file_problem(const std::string& path) {
   std::error_code ec;
   const std::filesystem::path file = std::filesystem::absolute(follow_links(path), ec), folder = file.parent_path();
   if (ec) return path + ": cannot find the current folder (" + ec.message() + ")";  // removed while running
-  if (!std::filesystem::is_directory(folder, ec) || ::access(folder.c_str(), W_OK) != 0)
-    return path + ": cannot write into the folder " + folder.string();
+  struct stat st {};
+  const int no_folder = ::stat(folder.c_str(), &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+  if (no_folder != 0 || ::access(folder.c_str(), W_OK) != 0)
+    return path + ": cannot write into the folder " + folder.string() + reason(no_folder != 0 ? no_folder : errno);
   if (const size_t most = longest_name(folder); file.filename().string().size() > most)
     return path + ": a file name longer than the " + std::to_string(most) + " bytes its folder takes";
   // access() lets root through where no file can be made (/proc): make one there. Unnamed where the file

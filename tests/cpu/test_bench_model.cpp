@@ -419,7 +419,7 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_EQ(run_bench("--json \"$(printf '" + dir_.string() + "/missing\\n\\033[2J/b.json')\""), 1);
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
             "lenet-bench: error: " + dir_.string() + "/missing\\n\\x1b[2J/b.json: cannot write into the folder " +
-                dir_.string() + "/missing\\n\\x1b[2J (--json)\n");
+                dir_.string() + "/missing\\n\\x1b[2J (No such file or directory) (--json)\n");
   // A folder that takes no new file, found before the run for root too (access() lets root through /proc).
   EXPECT_EQ(run_bench("--json /proc/lenet-bench.json"), 1);
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err").rfind("lenet-bench: error: /proc/lenet-bench.json: cannot ", 0), 0u);

@@ -442,7 +442,19 @@ TEST_F(CheckpointFiles, OutputChecksTakeTheLongestNameAndFollowEveryLink) {
   fs::create_symlink("missing/c", dir_ / "b");
   EXPECT_EQ(lenet::engine::follow_links((dir_ / "a").string()), (dir_ / "missing" / "c").string());
   EXPECT_CONTAINS(lenet::engine::new_file_problem((dir_ / "a").string()),
-                  "cannot write into the folder " + (dir_ / "missing").string());
+                  "cannot write into the folder " + (dir_ / "missing").string() + " (No such file or directory)");
+  // A regular file where the folder should be, and a folder that may not be written (root may write any).
+  lenet::testing::write_bytes((dir_ / "plain").string(), {});
+  EXPECT_EQ(lenet::engine::new_file_problem((dir_ / "plain" / "c").string()),
+            (dir_ / "plain" / "c").string() + ": cannot write into the folder " + (dir_ / "plain").string() +
+                " (Not a directory)");
+  if (::geteuid() != 0) {
+    fs::create_directory(dir_ / "locked");
+    fs::permissions(dir_ / "locked", fs::perms::owner_read | fs::perms::owner_exec);
+    EXPECT_CONTAINS(lenet::engine::new_file_problem((dir_ / "locked" / "c").string()),
+                    "cannot write into the folder " + (dir_ / "locked").string() + " (Permission denied)");
+    fs::permissions(dir_ / "locked", fs::perms::owner_all);
+  }
 }
 
 // A file that may not be written is refused before the run, not replaced by the checkpoint's rename.
