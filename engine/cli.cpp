@@ -469,6 +469,9 @@ int run_cli(int argc, const char* const* argv) {
                          std::to_string(fingerprint) + ", saved " + std::to_string(*st.train_fingerprint) +
                          "); give the --data-dir it had");
       }
+      if (!st.train_fingerprint)
+        say("--resume " + o.resume_path + ": an older lenet-dp wrote it without a fingerprint of the training "
+            "examples, so they are not checked against the interrupted run's");
       if (const uint64_t asked = batches * uint64_t(o.train.epochs); st.step >= asked) {
         throw UsageError("--resume " + o.resume_path + ": the run already did " + std::to_string(st.step) + " steps, " +
                          (st.step == asked ? "all " : "more than the ") + std::to_string(asked) + " of " +

@@ -546,13 +546,20 @@ void rewrite_header(const std::string& from, const std::string& to, const std::f
   lenet::testing::write_bytes(to, lenet::testing::join(header.dump(), p.data));
 }
 
-TEST_F(Cli, ResumingACheckpointWithoutTheTestSetSizeTakesTheFlag) {
-  // Checkpoints of older lenet-dp versions do not record the test set's size.
+TEST_F(Cli, ResumingAnOlderCheckpointTakesTheTestLimitAndSaysTheDataAreNotChecked) {
+  // Checkpoints of older lenet-dp versions record neither the test set's size nor the training fingerprint.
   const std::string a = (dir_ / "a.safetensors").string(), older = (dir_ / "older.safetensors").string();
   ASSERT_EQ(run("--backend cpu --quiet --batch-size 64 --train-limit 128 --test-limit 100 --epochs 1 --save '" + a + "'").status, 0);
   rewrite_header(a, older, [](nlohmann::json& h) { h["__metadata__"].erase("test_examples"); });
   const Result r = run("--backend cpu --quiet --test-limit 50 --epochs 2 --resume '" + older + "'");
   EXPECT_EQ(r.status, 0) << r.err;
+  // Without the fingerprint the training examples cannot be checked, which the run says (only then).
+  const std::string unchecked = "lenet-train: --resume " + older + ": an older lenet-dp wrote it without a fingerprint";
+  EXPECT_EQ(r.err.find(unchecked), std::string::npos) << r.err;
+  rewrite_header(a, older, [](nlohmann::json& h) { h["__metadata__"].erase("train_fingerprint"); });
+  const Result without = run("--backend cpu --quiet --epochs 2 --resume '" + older + "'");
+  EXPECT_EQ(without.status, 0) << without.err;
+  EXPECT_NE(without.err.find(unchecked), std::string::npos) << without.err;
 }
 
 // A checkpoint records the backend and mode that trained it. A resumed run keeps a CUDA run's mode unless
