@@ -238,19 +238,20 @@ TEST_F(CheckpointFiles, RoundTripKeepsEveryBitOfParametersAndState) {
 TEST_F(CheckpointFiles, DifferencesAreNamedByTensorAndByHeader) {
   using lenet::testing::bit_difference;
   using lenet::testing::checkpoint_difference;
-  const std::vector<float> a = sample_parameters();
-  EXPECT_EQ(bit_difference(a, a), "");  // NaNs with payloads included
-  std::vector<float> b = a;
   const lenet::model::TensorSpec& conv2_bias = lenet::model::tensor_specs()[3];
   const lenet::model::TensorSpec& fc2_weight = lenet::model::tensor_specs()[6];
   ASSERT_EQ(std::string(conv2_bias.name), "conv2.bias");
   ASSERT_EQ(std::string(fc2_weight.name), "fc2.weight");
+  std::vector<float> a = sample_parameters();
+  a[fc2_weight.offset] = -0.1f;  // 0.100000001490116..., nine significant digits shown
+  EXPECT_EQ(bit_difference(a, a), "");  // NaNs with payloads included
+  std::vector<float> b = a;
   b[conv2_bias.offset + 3] = 0.5f;
   b[conv2_bias.offset + 7] = 0.25f;
   b[fc2_weight.offset] = -b[fc2_weight.offset];
   EXPECT_EQ(bit_difference(a, b),
             "conv2.bias: 2 of 50 differ, the first [3] 25.203001 against 0.5; "
-            "fc2.weight: 1 of 1280 differ, the first [0] -0.00472262688 against 0.00472262688");
+            "fc2.weight: 1 of 1280 differ, the first [0] -0.100000001 against 0.100000001");
   EXPECT_EQ(bit_difference({0.0f}, {-0.0f}), "values: 1 of 1 differ, the first [0] 0 against -0");
   EXPECT_EQ(bit_difference({1.0f}, {}), "1 values against 0");
 

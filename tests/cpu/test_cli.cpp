@@ -553,6 +553,7 @@ TEST_F(Cli, ResumingAnOlderCheckpointTakesTheTestLimitAndSaysTheDataAreNotChecke
   rewrite_header(a, older, [](nlohmann::json& h) { h["__metadata__"].erase("test_examples"); });
   const Result r = run("--backend cpu --quiet --test-limit 50 --epochs 2 --resume '" + older + "'");
   EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(lenet::engine::load_checkpoint(older).state->test_examples, 50u);  // written back by the resumed run
   // Without the fingerprint the training examples cannot be checked, which the run says (only then).
   const std::string unchecked = "lenet-train: --resume " + older + ": an older lenet-dp wrote it without a fingerprint";
   EXPECT_EQ(r.err.find(unchecked), std::string::npos) << r.err;
@@ -838,7 +839,9 @@ TEST_F(Cli, OutOfHostMemoryIsOneLineNamingWhatToShrink) {
   // A resumed run has the checkpoint's batch size, replicas and training-set size: none of those flags
   // would be taken.
   const std::string ckpt = (dir_ / "big.safetensors").string();
-  lenet::engine::save_checkpoint(ckpt, lenet::model::init_parameters<float>(1), {0, 2, 1, 0, 0.9, 60000, 60000, 60000, {}, 64});
+  lenet::engine::TrainingState state{0, 2, 1, 0, 0.9, 60000, 60000, 60000, {}, 64};
+  state.train_fingerprint = lenet::io::load_fashion_mnist(LENET_TEST_DATA_DIR, 60000, 64).train.fingerprint();
+  lenet::engine::save_checkpoint(ckpt, lenet::model::init_parameters<float>(1), state);
   const Result resumed = run("--backend cpu --quiet --resume '" + ckpt + "'", "ulimit -v 3000000; ");
   EXPECT_EQ(resumed.status, 1) << resumed.err;
   EXPECT_EQ(resumed.err, "lenet-train: error: out of host memory; a resumed run needs what the interrupted one had (its batch "

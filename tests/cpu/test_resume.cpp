@@ -200,21 +200,8 @@ TEST(Resume, AStopIsAskedForOnceAndCarriesItsSignal) {
   }
 }
 
-TEST(Resume, StopNeverCheckpointsNonFiniteParameters) {
-  engine::CpuBackend b(1, model::init_parameters<float>(1));
-  engine::TrainOptions o = options();
-  o.lr = 1e6;
-  uint64_t steps = 0;
-  int saved = 0;
-  o.stop_requested = [&] { return ++steps == 12 ? 2 : 0; };
-  o.checkpoint = [&](int, uint64_t, const engine::EpochSoFar&) { ++saved; };
-  std::ostringstream log;
-  EXPECT_THROW(engine::train(b, data(), o, log, false), engine::TrainingDiverged);
-  EXPECT_EQ(saved, 0);
-}
-
 TEST(Resume, ResumedRunDiffersFromAFreshOne) {
-  // Guards the two tests above: resuming must not simply restart from the initial parameters.
+  // Guards the resume tests above: resuming must not simply restart from the initial parameters.
   engine::CpuBackend b(2, model::init_parameters<float>(options().seed));
   engine::TrainOptions o = options();
   o.start_step = 5;
@@ -294,6 +281,20 @@ class ScriptedBackend : public engine::Backend {
   bool loss_goes_bad_, params_bad_ = false;
   int64_t first_bad_since_take_ = -1;
 };
+
+// A stop asked for after the parameters went bad (at step 4, without a non-finite loss, so nothing
+// before the stop notices) ends the run as diverged, without the checkpoint a stop writes.
+TEST(Resume, StopNeverCheckpointsNonFiniteParameters) {
+  ScriptedBackend b(3, /*loss_goes_bad=*/false);
+  engine::TrainOptions o = options();
+  int asked = 0, saved = 0;
+  o.stop_requested = [&] { return ++asked == 6 ? 2 : 0; };  // after step 6 of 16
+  o.checkpoint = [&](int, uint64_t, const engine::EpochSoFar&) { ++saved; };
+  std::ostringstream log;
+  EXPECT_THROW(engine::train(b, data(), o, log, false), engine::TrainingDiverged);
+  EXPECT_EQ(asked, 6);
+  EXPECT_EQ(saved, 0);
+}
 
 // What the trainer says of a run that goes bad at run step `bad_step` (1000 examples in minibatches
 // of 64: 16 steps an epoch, unless `batch_size` says otherwise), and how many checkpoints it wrote before.
