@@ -16,7 +16,9 @@ and writes, each only when its data is there:
 (one already in DIR that this run does not draw is named on stderr as an earlier run's, and left).
 Made-up data (a row named "... (sample)", or a file in a folder results/sample) is marked "(sample)" in
 each plot.
-Exit status: 0 done, 1 cannot write, 2 usage error, unreadable JSON or nothing usable; errors are one line.
+Exit status: 0 done, 1 an input that is missing, unreadable or holds nothing usable, or a plot that cannot
+be drawn or written, 2 usage error (as lenet-train's and lenet-bench's); errors are one line, and so is each
+warning.
 """
 
 import argparse
@@ -25,6 +27,7 @@ import itertools
 import json
 import math
 import os
+import re
 import sys
 import warnings
 
@@ -51,7 +54,7 @@ def one_line(text):
 
 
 class PlotError(Exception):
-    def __init__(self, message, status=2):
+    def __init__(self, message, status=1):
         super().__init__(message)
         self.status = status
 
@@ -80,7 +83,7 @@ class OneLineParser(argparse.ArgumentParser):
         super().__init__(allow_abbrev=False, **kwargs)
 
     def error(self, message):
-        raise PlotError(f"{message} (see --help)")
+        raise PlotError(f"{message} (see --help)", 2)
 
     def parse_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)
@@ -434,8 +437,23 @@ def pyplot():
         import matplotlib.pyplot as plt
     except Exception as e:  # ImportError, or whatever a broken installation raises
         raise PlotError(f"matplotlib is not importable by {sys.executable} ({e}); install it for that Python "
-                        "(Debian's /usr/bin/python3: `apt-get install python3-matplotlib`)", 1)
+                        "(Debian's /usr/bin/python3: `apt-get install python3-matplotlib`)")
     return plt
+
+
+def warning_lines(caught):
+    """The distinct warnings drawing gave, as lines; the glyphs the font lacks (a warning each) as one."""
+    glyphs, lines = [], []
+    for w in caught:
+        message = str(w.message)
+        glyph = re.match(r"Glyph (\d+) .*missing from", message)
+        if glyph and f"U+{int(glyph.group(1)):04X}" not in glyphs:
+            glyphs.append(f"U+{int(glyph.group(1)):04X}")
+        elif not glyph and message not in lines:
+            lines.append(message)
+    if glyphs:
+        lines.append(f"the font has no glyph for {', '.join(glyphs)} (drawn as boxes)")
+    return lines
 
 
 def save(plt, fig, out_dir, name, tight=False):
@@ -445,11 +463,11 @@ def save(plt, fig, out_dir, name, tight=False):
             fig.tight_layout()
         fig.savefig(path, dpi=120, bbox_inches="tight")
     except OSError as e:
-        raise PlotError(f"{path}: cannot write ({e.strerror})", 1)
-    except (ValueError, IndexError, OverflowError) as e:
-        # e.g. a figure of too many bars or panels ("Image size of ... is too large"); numpy's overflow
-        # warnings are main's
-        raise PlotError(f"{path}: cannot draw ({e})", 1)
+        raise PlotError(f"{path}: cannot write ({e.strerror or e})")  # a pipe's has none: "not seekable"
+    except (ValueError, IndexError, OverflowError, RuntimeError) as e:
+        # e.g. a figure of too many bars or panels ("Image size of ... is too large"), a label too long
+        # for the rasteriser ("raster overflow"); numpy's overflow warnings are main's
+        raise PlotError(f"{path}: cannot draw ({e})")
     finally:
         plt.close(fig)
     print_out(f"wrote {one_line(path)}")
@@ -540,9 +558,9 @@ def main(argv):
     p.add_argument("inputs", nargs="+", metavar="FILE_OR_DIR")
     args = p.parse_args(argv)
     if args.out == "":
-        raise PlotError("--out: empty value")
+        raise PlotError("--out: empty value", 2)
     if sys.stdout is None:  # closed: the lines naming what was written could not be
-        raise PlotError("stdout: closed, nothing can be written to it", 1)
+        raise PlotError("stdout: closed, nothing can be written to it")
 
     bench, metrics, timelines = load(args.inputs)
     acc = accuracy_series(bench, metrics)
@@ -555,17 +573,22 @@ def main(argv):
     try:
         os.makedirs(args.out, exist_ok=True)
     except OSError as e:
-        raise PlotError(f"{args.out}: cannot create the output folder ({e.strerror})", 1)
+        raise PlotError(f"{args.out}: cannot create the output folder ({e.strerror})")
     for data, draw, name in ((acc, draw_accuracy, "accuracy.png"), (seconds, draw_seconds, "seconds_per_epoch.png"),
                              (panels, draw_timeline, "timeline.png")):
         if data:
-            # Values that numpy overflows on would give a plot of nonsense axes and warnings of several lines.
-            with warnings.catch_warnings():
+            path = os.path.join(args.out, name)
+            # Values that numpy overflows on would give a plot of nonsense axes and warnings of several lines;
+            # other warnings (a glyph that the font lacks, in a name) are one line each.
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
                 warnings.simplefilter("error", RuntimeWarning)
                 try:
                     draw(plt, data, args.out)
                 except RuntimeWarning as e:  # while drawing or in save() (which closes the figure)
-                    raise PlotError(f"{os.path.join(args.out, name)}: cannot draw ({e})", 1) from None
+                    raise PlotError(f"{path}: cannot draw ({e})") from None
+            for line in warning_lines(caught):
+                say(f"{path}: {line}")
         elif os.path.lexists(os.path.join(args.out, name)):  # beside this run's plots, it would pass for one
             say(f"{os.path.join(args.out, name)}: from an earlier run (nothing to draw it from here); left as it is")
     return 0

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import warnings
 from unittest import mock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -38,7 +39,7 @@ class PlotErrors(unittest.TestCase):
 
     def test_empty_folder(self):
         with tempfile.TemporaryDirectory() as d:
-            line = self.assert_one_line_error(run_plot("--out", os.path.join(d, "out"), d), 2)
+            line = self.assert_one_line_error(run_plot("--out", os.path.join(d, "out"), d), 1)
             self.assertIn("no usable input", line)
             self.assertFalse(os.path.exists(os.path.join(d, "out")))
 
@@ -46,7 +47,7 @@ class PlotErrors(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "row.json"), "w") as f:
                 f.write('{"name": "x", "seconds_per_epoch": ')
-            line = self.assert_one_line_error(run_plot("--out", d, d), 2)
+            line = self.assert_one_line_error(run_plot("--out", d, d), 1)
             self.assertIn("row.json", line)
             self.assertIn("unreadable JSON", line)
 
@@ -54,7 +55,7 @@ class PlotErrors(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "m.jsonl"), "w") as f:
                 f.write(json.dumps({"epoch": 1, "test_acc": 0.5}) + "\n{oops\n")
-            line = self.assert_one_line_error(run_plot("--out", d, d), 2)
+            line = self.assert_one_line_error(run_plot("--out", d, d), 1)
             self.assertIn("m.jsonl:2", line)
 
     def test_other_unreadable_lines_stay_errors(self):
@@ -64,13 +65,13 @@ class PlotErrors(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "m.jsonl"), "w") as f:
                 f.write(good + "\n{oops\n" + good)
-            self.assertIn("m.jsonl:2: unreadable JSON", self.assert_one_line_error(run_plot("--out", d, d), 2))
+            self.assertIn("m.jsonl:2: unreadable JSON", self.assert_one_line_error(run_plot("--out", d, d), 1))
 
     def test_missing_input(self):
         with tempfile.TemporaryDirectory() as d:
-            self.assert_one_line_error(run_plot("--out", d, os.path.join(d, "nothing-here.json")), 2)
+            self.assert_one_line_error(run_plot("--out", d, os.path.join(d, "nothing-here.json")), 1)
             # A newline or escape sequence in the name stays escaped on the one line.
-            line = self.assert_one_line_error(run_plot("--out", d, os.path.join(d, "no\nthing\x1b[2J\x9b.json")), 2)
+            line = self.assert_one_line_error(run_plot("--out", d, os.path.join(d, "no\nthing\x1b[2J\x9b.json")), 1)
             self.assertIn("no\\nthing\\x1b[2J\\xc2\\x9b.json", line)
 
     def test_json_without_known_records(self):
@@ -78,7 +79,7 @@ class PlotErrors(unittest.TestCase):
             with open(os.path.join(d, "other.json"), "w") as f:
                 json.dump({"hello": "world"}, f)
             r = run_plot("--out", d, d)
-            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertEqual(r.returncode, 1, r.stderr)
             self.assertIn("no usable input", r.stderr)
 
     def test_usage(self):
@@ -104,7 +105,7 @@ class PlotErrors(unittest.TestCase):
             r = subprocess.run(["bash", "-c", 'exec "$0" "$1" --out "$2" "$3" 2>&-', sys.executable, PLOT,
                                 os.path.join(d, "o"), os.path.join(d, "none.json")], capture_output=True, text=True,
                                timeout=300)
-            self.assertEqual((r.returncode, r.stdout), (2, ""))
+            self.assertEqual((r.returncode, r.stdout), (1, ""))
 
     def test_json_that_python_cannot_hold(self):
         cases = [("deep.json", "[" * 5000 + "]" * 5000, "nested too deeply"),
@@ -119,7 +120,7 @@ class PlotErrors(unittest.TestCase):
                     path = os.path.join(d, name)
                     with open(path, "w") as f:
                         f.write(text)
-                    self.assertIn(said, self.assert_one_line_error(run_plot("--out", d, path), 2))
+                    self.assertIn(said, self.assert_one_line_error(run_plot("--out", d, path), 1))
 
     def test_without_matplotlib_nothing_is_made(self):
         # A matplotlib that cannot be imported: missing, or broken.
@@ -137,10 +138,11 @@ class PlotErrors(unittest.TestCase):
 
     def test_special_files(self):
         with tempfile.TemporaryDirectory() as d:
-            self.assertIn("not a regular file or folder", self.assert_one_line_error(run_plot("--out", d, "/dev/null"), 2))
+            self.assertIn("not a regular file or folder",
+                          self.assert_one_line_error(run_plot("--out", d, "/dev/null"), 1))
             # A named pipe in a folder is not read (it would wait for a writer): here nothing else is there.
             os.mkfifo(os.path.join(d, "pipe.json"))
-            self.assertIn("no usable input", self.assert_one_line_error(run_plot("--out", os.path.join(d, "o"), d), 2))
+            self.assertIn("no usable input", self.assert_one_line_error(run_plot("--out", os.path.join(d, "o"), d), 1))
 
 
 @unittest.skipUnless(HAVE_MATPLOTLIB, "matplotlib is not importable (apt-get install python3-matplotlib)")
@@ -248,6 +250,19 @@ class PlotSample(unittest.TestCase):
                 self.assertIn(f"{png}: cannot draw (", r.stderr)
                 self.assertFalse(os.path.exists(os.path.join(out, png)))
 
+    def test_a_glyph_the_font_lacks_is_one_warning_line(self):
+        # A name in a character no font has (private use): matplotlib warns once per glyph, in two lines.
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "m.jsonl"), "w") as f:
+                for e in (1, 2):
+                    f.write(json.dumps({"epoch": e, "test_acc": 0.4 * e, "mode": "graph\ue000\ue001"}) + "\n")
+            out = os.path.join(d, "out")
+            r = run_plot("--out", out, d)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assert_png(os.path.join(out, "accuracy.png"))
+            self.assertEqual(r.stderr, f"plot.py: {os.path.join(out, 'accuracy.png')}: the font has no glyph for "
+                                       "U+E000, U+E001 (drawn as boxes)\n")
+
     def test_a_cut_off_last_line_does_not_stop_the_plots(self):
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "good.jsonl"), "w") as f:
@@ -313,6 +328,40 @@ class SaveErrors(PlotModule):
         self.assertEqual(str(caught.exception), "out/timeline.png: cannot draw (index 0 is out of bounds for axis 0 with size 0)")
         self.assertEqual(caught.exception.status, 1)
         self.assertIs(plt.closed, fig)
+
+
+class DrawErrors(PlotModule):
+    class Pyplot:
+        def close(self, fig):
+            pass
+
+    def failing_save(self, error):
+        class Figure:
+            def savefig(self, *args, **kwargs):
+                raise error
+
+        with self.assertRaises(self.plot.PlotError) as caught:
+            self.plot.save(self.Pyplot(), Figure(), "out", "timeline.png")
+        self.assertEqual(caught.exception.status, 1)
+        return str(caught.exception)
+
+    def test_what_the_rasteriser_or_the_file_refuses_is_one_error(self):
+        # A label of thousands of characters: the rasteriser's RuntimeError.
+        self.assertEqual(self.failing_save(RuntimeError("In draw_glyphs_to_bitmap: raster overflow")),
+                         "out/timeline.png: cannot draw (In draw_glyphs_to_bitmap: raster overflow)")
+        # A named pipe where the file goes: an OSError without strerror.
+        self.assertEqual(self.failing_save(io.UnsupportedOperation("File or stream is not seekable.")),
+                         "out/timeline.png: cannot write (File or stream is not seekable.)")
+
+    def test_warnings_are_distinct_lines_and_the_missing_glyphs_one(self):
+        def warned(message):
+            return warnings.WarningMessage(UserWarning(message), UserWarning, "f.py", 1)
+
+        cjk = warned("Glyph 26085 (\\N{CJK UNIFIED IDEOGRAPH-65E5}) missing from current font.")
+        caught = [cjk, warned("something else"), warned("Glyph 57344 (\ue000) missing from font(s) DejaVu Sans."),
+                  warned("something else"), cjk]
+        self.assertEqual(self.plot.warning_lines(caught),
+                         ["something else", "the font has no glyph for U+65E5, U+E000 (drawn as boxes)"])
 
 
 class CutOffLine(PlotModule):
