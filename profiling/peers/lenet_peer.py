@@ -164,8 +164,9 @@ def parse_args(argv):
             lr32 = math.inf
     if not (math.isfinite(lr32) and lr32 > 0):
         raise UsageError(f"--lr {lr_text}: must be a number that rounds to a finite float32 above 0 (1.4e-45 to 3.4e38 once rounded)")
-    if a.epochs < 1:
-        raise UsageError(f"--epochs {a.epochs}: must be at least 1")
+    for flag, v, least in (("--epochs", a.epochs, 1), ("--profile-steps", a.profile_steps, 0)):  # lenet-train's range
+        if not least <= v <= 2 ** 31 - 1:
+            raise UsageError(f"{flag} {v}: must be from {least} to 2147483647")
     if a.num_gpus is not None and a.num_gpus < 1:
         raise UsageError(f"--num-gpus {a.num_gpus}: must be at least 1")
     if a.replicas is not None and a.replicas < 1:
@@ -184,8 +185,6 @@ def parse_args(argv):
     for flag, v in (("--train-limit", a.train_limit), ("--test-limit", a.test_limit)):
         if v is not None and v < 1:
             raise UsageError(f"{flag} {v}: must be at least 1")
-    if a.profile_steps < 0:
-        raise UsageError(f"--profile-steps {a.profile_steps}: must be at least 0")
     # The data set's files, in both forms (the one not read is the data set's too).
     data_dir = resolve_data_dir(a.data_dir)
     data_files = [os.path.join(data_dir, name + gz) for name in DATA_FILES for gz in ("", ".gz")]
@@ -199,6 +198,11 @@ def parse_args(argv):
             folder = os.path.dirname(os.path.realpath(path))  # written through a symbolic link
             if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
                 raise DataError(f"{flag} {path}: folder {folder} does not exist or is not writable")
+            try:  # access() lets root through where no file can be made (/proc)
+                with tempfile.TemporaryFile(dir=folder):
+                    pass
+            except OSError as e:
+                raise DataError(f"{flag} {path}: cannot create a file in the folder {folder} ({e.strerror})")
             # The file is replaced whole by a rename (the row twice: after training and after profiling),
             # which would put a regular file in a pipe's place, or cut off the file stdout or stderr writes.
             if os.path.exists(path) and not os.path.isfile(path):
@@ -273,6 +277,8 @@ def find_data_file(folder, name):
     for candidate in (plain, plain + ".gz"):
         if os.path.isfile(candidate):
             return candidate
+        if os.path.exists(candidate):
+            raise DataError(f"{candidate}: not a regular file")
     raise DataError(f"{plain}(.gz): not found; install the data set with `apt-get install dataset-fashion-mnist` "
                     "or point --data-dir / LENET_DATA_DIR at a folder holding the four IDX files")
 

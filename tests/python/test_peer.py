@@ -6,6 +6,7 @@ parameters up to float32 rounding. Skipped where torch is not importable; the GP
 absent. Run from the repository root: python3 -m unittest discover -s tests/python -v
 """
 
+import contextlib
 import ctypes
 import importlib.util
 import json
@@ -13,6 +14,7 @@ import math
 import os
 import re
 import resource
+import shutil
 import stat
 import struct
 import subprocess
@@ -299,6 +301,7 @@ class PeerErrors(WithDataset):
             ["--seed", str(2 ** 40)],
             ["--num-gpus", "1000000000"],  # refused before a list of that many devices is made
             ["--replicas", "65", "--batch-size", "256"], ["--batch-size", str(2 ** 31)], ["--json", "-"],
+            ["--epochs", str(2 ** 31)], ["--profile-steps", str(2 ** 31)], ["--profile-steps", "-1"],  # lenet-train's
         ]
         for args in cases:
             with self.subTest(args=args):
@@ -326,8 +329,12 @@ class PeerErrors(WithDataset):
         fifo = os.path.join(self.tmp.name, "pipe")
         os.mkfifo(fifo)
         for flag in ("--json", "--dump-params"):
+            # A folder that takes no new file, found before the run for root too (access() lets root through).
+            proc = ("cannot create a file in the folder /proc" if os.geteuid() == 0
+                    else "does not exist or is not writable")
             for path, said in ((os.path.join(self.tmp.name, "none", "r.json"), "does not exist or is not writable"),
-                               (fifo, "not a regular file"), ("/dev/null", "not a regular file")):
+                               (fifo, "not a regular file"), ("/dev/null", "not a regular file"),
+                               ("/proc/lenet-peer.json", f"{flag} /proc/lenet-peer.json: {proc}")):
                 with self.subTest(flag=flag, path=path):
                     self.assertIn(said, self.assert_one_line(run_peer("--data-dir", self.data, flag, path), 1))
         self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))  # still there
@@ -434,6 +441,16 @@ class PeerErrors(WithDataset):
         # A newline or escape sequence in the name stays escaped on the one line, as lenet-train shows it.
         line = self.assert_one_line(run_peer("--data-dir", os.path.join(self.tmp.name, "no\nwhere\x1b[2J\x9b")), 1)
         self.assertIn("/no\\nwhere\\x1b[2J\\xc2\\x9b/train-images-idx3-ubyte", line)
+        # A file of the data set that is there but not a regular file is not said to be missing.
+        odd = os.path.join(self.tmp.name, "odd")
+        shutil.copytree(self.data, odd)
+        images = os.path.join(odd, "train-images-idx3-ubyte")
+        for name in (images, images + ".gz"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(name)
+        os.mkdir(images)
+        self.assertEqual(self.assert_one_line(run_peer("--data-dir", odd), 1),
+                         f"lenet_peer: {images}: not a regular file")
 
     @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
     def test_a_reader_that_has_gone_is_one_line(self):
