@@ -1,5 +1,6 @@
-// The LeNet of the source text (see the team's ARCHITECTURE.md, outside this repository): its shapes, the layout of all
-// parameters in one flat buffer (and gradients in another of the same layout), initialisation and SGD.
+// The LeNet of the source text (see the team's ARCHITECTURE.md, outside this repository): its shapes,
+// the layout of all parameters in one flat buffer (and gradients in another of the same layout),
+// initialisation and SGD.
 #pragma once
 #include <array>
 #include <cstddef>

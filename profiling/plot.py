@@ -447,10 +447,9 @@ def warning_lines(caught):
     for w in caught:
         message = str(w.message)
         glyph = re.match(r"Glyph (\d+) .*missing from", message)
-        if glyph and f"U+{int(glyph.group(1)):04X}" not in glyphs:
-            glyphs.append(f"U+{int(glyph.group(1)):04X}")
-        elif not glyph and message not in lines:
-            lines.append(message)
+        seen, line = (glyphs, f"U+{int(glyph.group(1)):04X}") if glyph else (lines, message)
+        if line not in seen:
+            seen.append(line)
     if glyphs:
         lines.append(f"the font has no glyph for {', '.join(glyphs)} (drawn as boxes)")
     return lines
@@ -576,8 +575,8 @@ def main(argv):
         raise PlotError(f"{args.out}: cannot create the output folder ({e.strerror})")
     for data, draw, name in ((acc, draw_accuracy, "accuracy.png"), (seconds, draw_seconds, "seconds_per_epoch.png"),
                              (panels, draw_timeline, "timeline.png")):
+        path = os.path.join(args.out, name)
         if data:
-            path = os.path.join(args.out, name)
             # Values that numpy overflows on would give a plot of nonsense axes and warnings of several lines;
             # other warnings (a glyph that the font lacks, in a name) are one line each.
             with warnings.catch_warnings(record=True) as caught:
@@ -589,8 +588,8 @@ def main(argv):
                     raise PlotError(f"{path}: cannot draw ({e})") from None
             for line in warning_lines(caught):
                 say(f"{path}: {line}")
-        elif os.path.lexists(os.path.join(args.out, name)):  # beside this run's plots, it would pass for one
-            say(f"{os.path.join(args.out, name)}: from an earlier run (nothing to draw it from here); left as it is")
+        elif os.path.lexists(path):  # beside this run's plots, it would pass for one
+            say(f"{path}: from an earlier run (nothing to draw it from here); left as it is")
     return 0
 
 
