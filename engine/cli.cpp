@@ -156,7 +156,7 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv) {
   app.add_option("--resume", o.resume_path,
                  "Continue the run checkpointed in FILE up to --epochs in total, checkpointing to FILE unless --save is given")
       ->type_name("FILE");
-  app.set_version_flag("--version", version_text());
+  app.set_version_flag("--version", version_text);  // a function: cuBLAS is opened only for --version
   if (const std::string problem = option_without_value(app, argc, argv); !problem.empty()) throw UsageError(problem);
   std::string parse_error;  // said after an empty value, which a check may have refused first
   try {

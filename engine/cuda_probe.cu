@@ -1,8 +1,9 @@
 #include "engine/cuda_probe.hpp"
 
-#include <cublas_api.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
+
+#include "graphs/cublas_library.hpp"
 
 namespace lenet::engine {
 
@@ -32,13 +33,19 @@ std::string cuda_library_versions() {
   const std::string rt = cudaRuntimeGetVersion(&runtime) == cudaSuccess
                              ? std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10)
                              : std::string("unknown");
-  int major = 0, minor = 0, patch = 0;
-  const bool blas_ok = cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
-                       cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
-                       cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS;
-  const size_t blas = size_t(major) * 10000 + size_t(minor) * 100 + size_t(patch);
-  return "CUDA runtime " + rt + ", cuDNN " + library_version(cudnnGetVersion(), CUDNN_VERSION) + ", cuBLAS " +
-         (blas_ok ? library_version(blas, CUBLAS_VERSION) : std::string("unknown"));
+  std::string blas;
+  try {
+    const cuda::CublasLibrary& lib = cuda::cublas_library();
+    int major = 0, minor = 0, patch = 0;
+    const bool ok = lib.get_property(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
+                    lib.get_property(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
+                    lib.get_property(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS;
+    blas = ok ? library_version(size_t(major) * 10000 + size_t(minor) * 100 + size_t(patch), CUBLAS_VERSION)
+              : std::string("unknown");
+  } catch (const cuda::CudaError& e) {
+    blas = std::string("unavailable (") + e.what() + ")";
+  }
+  return "CUDA runtime " + rt + ", cuDNN " + library_version(cudnnGetVersion(), CUDNN_VERSION) + ", cuBLAS " + blas;
 }
 
 }  // namespace lenet::engine

@@ -27,7 +27,8 @@ CudaProbe probe_cuda();
 
 // Versions of the CUDA libraries this binary was built with and loads (queried without a GPU), e.g.
 // "CUDA runtime 13.0, cuDNN 9.19.0, cuBLAS 13.1.0", cuDNN and cuBLAS as library_version writes them;
-// "no CUDA" in a build without it.
+// "no CUDA" in a build without it. Opens cuBLAS (graphs/cublas_library.hpp), or says why it cannot:
+// "cuBLAS unavailable (cannot load cuBLAS (...): ...)".
 std::string cuda_library_versions();
 
 // In CUDA builds: "9.19.0" for a library that reports 91900 (major * 10000 + minor * 100 + patch, as cuDNN 9

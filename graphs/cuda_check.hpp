@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "graphs/cublas_library.hpp"
 #include "graphs/cuda_error.hpp"
 
 namespace lenet::cuda {
@@ -85,8 +86,9 @@ inline void check_cudnn(cudnnStatus_t rc, const char* call, const char* file, in
 
 inline void check_cublas(cublasStatus_t rc, const char* call, const char* file, int line) {
   if (rc == CUBLAS_STATUS_SUCCESS) return;
+  const CublasLibrary& lib = cublas_library();  // open: it returned `rc`
   throw_cuda_error("cuBLAS", call, file, line,
-                   std::string(cublasGetStatusName(rc)) + " (" + cublasGetStatusString(rc) + ")" + cublas_hint(rc));
+                   std::string(lib.status_name(rc)) + " (" + lib.status_string(rc) + ")" + cublas_hint(rc));
 }
 
 // Sets a device for a scope and restores the previous one.

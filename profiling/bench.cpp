@@ -481,8 +481,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-trace", o.no_trace, "No CUPTI epoch (kernel, idle, launch and allreduce columns stay empty)");
   app.add_option("--peers", o.peers, "JSON rows of the PyTorch peers (profiling/peers) to add to the table")
       ->type_name("FILE");
-  app.set_version_flag("--version", std::string("lenet-bench ") + LENET_VERSION + " (" + engine::cuda_library_versions() +
-                                        "; " + model::gemm_description() + ")");
+  app.set_version_flag("--version", [] {  // a function: cuBLAS is opened only for --version
+    return std::string("lenet-bench ") + LENET_VERSION + " (" + engine::cuda_library_versions() + "; " +
+           model::gemm_description() + ")";
+  });
   if (const std::string problem = engine::option_without_value(app, argc, argv); !problem.empty()) {
     say(problem);
     return 2;
