@@ -37,9 +37,9 @@ std::string cuda_library_versions() {
   try {
     const cuda::CublasLibrary& lib = cuda::cublas_library();
     int major = 0, minor = 0, patch = 0;
-    const bool ok = lib.get_property(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
-                    lib.get_property(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
-                    lib.get_property(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS;
+    const bool ok = lib.GetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
+                    lib.GetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
+                    lib.GetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS;
     blas = ok ? library_version(size_t(major) * 10000 + size_t(minor) * 100 + size_t(patch), CUBLAS_VERSION)
               : std::string("unknown");
   } catch (const cuda::CudaError& e) {

@@ -2,35 +2,39 @@
 // to libcublas.so has the dynamic loader run libcublasLt's initialisers in every process, CPU runs and
 // --help included: about 0.4 s and 200 MB resident on the 2-core VMs this project's CI runs on
 // (profiling/results/2026-12-04-cpu-2core-lazy-cublas/). cuDNN's libcudnn.so.9 opens its own sub-libraries
-// the same way. The library is looked up by its soname first (LD_LIBRARY_PATH, the system's cache, as a
-// linked library would be), then at the path the build found (LENET_CUBLAS_PATH, set by CMake). Each
-// entry point has the header's type, so the compiler checks a call through it as it would a direct call.
+// the same way. The library is looked up by its soname (LD_LIBRARY_PATH, the program's RUNPATH, the
+// system's cache, as a linked library would be), then at the path the build found (LENET_CUBLAS_PATH, set
+// by CMake); the other way round where the build was given CUBLAS_ROOT (LENET_CUBLAS_PATH_FIRST).
+// Each entry point has the header's type, so the compiler checks a call through it as it would a direct
+// call; LENET_CUBLAS_CALL (graphs/cuda_check.hpp) makes a checked one.
 #pragma once
 #include <cublas_v2.h>
 #include <dlfcn.h>
 
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "graphs/cuda_error.hpp"
 
 namespace lenet::cuda {
 
+// cuBLAS's entry points this project calls, named as in the API without the "cublas" prefix.
 struct CublasLibrary {
-  decltype(&cublasCreate_v2) create = nullptr;
-  decltype(&cublasDestroy_v2) destroy = nullptr;
-  decltype(&cublasSetMathMode) set_math_mode = nullptr;
-  decltype(&cublasSetStream_v2) set_stream = nullptr;
-  decltype(&cublasSetWorkspace_v2) set_workspace = nullptr;
-  decltype(&cublasSgemm_v2) sgemm = nullptr;
-  decltype(&cublasSgemv_v2) sgemv = nullptr;
-  decltype(&cublasGetProperty) get_property = nullptr;
-  decltype(&cublasGetStatusName) status_name = nullptr;
-  decltype(&cublasGetStatusString) status_string = nullptr;
+  decltype(&cublasCreate_v2) Create = nullptr;
+  decltype(&cublasDestroy_v2) Destroy = nullptr;
+  decltype(&cublasSetMathMode) SetMathMode = nullptr;
+  decltype(&cublasSetStream_v2) SetStream = nullptr;
+  decltype(&cublasSetWorkspace_v2) SetWorkspace = nullptr;
+  decltype(&cublasSgemm_v2) Sgemm = nullptr;
+  decltype(&cublasSgemv_v2) Sgemv = nullptr;
+  decltype(&cublasGetProperty) GetProperty = nullptr;
+  decltype(&cublasGetStatusName) GetStatusName = nullptr;
+  decltype(&cublasGetStatusString) GetStatusString = nullptr;
 };
 
 // Opens the library `file` names (a soname or a path, as dlopen takes it) and resolves every entry point
-// into `lib`; else returns false with the reason in `why` (the library stays closed then).
+// into `lib`; else returns false with the reason in `why`, leaving `lib` as it was and the library closed.
 inline bool open_cublas(const std::string& file, CublasLibrary& lib, std::string& why) {
   void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
@@ -38,27 +42,28 @@ inline bool open_cublas(const std::string& file, CublasLibrary& lib, std::string
     why = error != nullptr ? error : file + ": dlopen failed";
     return false;
   }
+  CublasLibrary opened;
   const char* missing = nullptr;
   const auto resolve = [&](auto& entry, const char* name) {
     entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(dlsym(handle, name));
     if (entry == nullptr && missing == nullptr) missing = name;
   };
-  resolve(lib.create, "cublasCreate_v2");
-  resolve(lib.destroy, "cublasDestroy_v2");
-  resolve(lib.set_math_mode, "cublasSetMathMode");
-  resolve(lib.set_stream, "cublasSetStream_v2");
-  resolve(lib.set_workspace, "cublasSetWorkspace_v2");
-  resolve(lib.sgemm, "cublasSgemm_v2");
-  resolve(lib.sgemv, "cublasSgemv_v2");
-  resolve(lib.get_property, "cublasGetProperty");
-  resolve(lib.status_name, "cublasGetStatusName");
-  resolve(lib.status_string, "cublasGetStatusString");
+  resolve(opened.Create, "cublasCreate_v2");
+  resolve(opened.Destroy, "cublasDestroy_v2");
+  resolve(opened.SetMathMode, "cublasSetMathMode");
+  resolve(opened.SetStream, "cublasSetStream_v2");
+  resolve(opened.SetWorkspace, "cublasSetWorkspace_v2");
+  resolve(opened.Sgemm, "cublasSgemm_v2");
+  resolve(opened.Sgemv, "cublasSgemv_v2");
+  resolve(opened.GetProperty, "cublasGetProperty");
+  resolve(opened.GetStatusName, "cublasGetStatusName");
+  resolve(opened.GetStatusString, "cublasGetStatusString");
   if (missing != nullptr) {
     dlclose(handle);
-    lib = CublasLibrary{};
     why = file + " has no " + missing;
     return false;
   }
+  lib = opened;
   return true;  // never closed: the process keeps it to the end, as it would a linked library
 }
 
@@ -66,15 +71,17 @@ inline bool open_cublas(const std::string& file, CublasLibrary& lib, std::string
 // with the reasons when it cannot be opened; a later call tries again.
 inline const CublasLibrary& cublas_library() {
   static const CublasLibrary opened = [] {
-    CublasLibrary lib;
-    std::string why;
-    if (open_cublas("libcublas.so." + std::to_string(CUBLAS_VER_MAJOR), lib, why)) return lib;
-#ifdef LENET_CUBLAS_PATH
-    std::string why_path;
-    if (open_cublas(LENET_CUBLAS_PATH, lib, why_path)) return lib;
-    why += "; " + why_path;
+    std::string files[] = {"libcublas.so." + std::to_string(CUBLAS_VER_MAJOR), LENET_CUBLAS_PATH};
+#ifdef LENET_CUBLAS_PATH_FIRST
+    std::swap(files[0], files[1]);
 #endif
-    throw CudaError("cannot load cuBLAS (" + why + "): check the CUDA installation, or use --backend cpu");
+    CublasLibrary lib;
+    std::string why, reasons;
+    for (const std::string& file : files) {
+      if (open_cublas(file, lib, why)) return lib;
+      reasons += (reasons.empty() ? "" : "; ") + why;
+    }
+    throw CudaError("cannot load cuBLAS (" + reasons + "): check the CUDA installation, or use --backend cpu");
   }();
   return opened;
 }

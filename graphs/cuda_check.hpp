@@ -88,7 +88,7 @@ inline void check_cublas(cublasStatus_t rc, const char* call, const char* file, 
   if (rc == CUBLAS_STATUS_SUCCESS) return;
   const CublasLibrary& lib = cublas_library();  // open: it returned `rc`
   throw_cuda_error("cuBLAS", call, file, line,
-                   std::string(lib.status_name(rc)) + " (" + lib.status_string(rc) + ")" + cublas_hint(rc));
+                   std::string(lib.GetStatusName(rc)) + " (" + lib.GetStatusString(rc) + ")" + cublas_hint(rc));
 }
 
 // Sets a device for a scope and restores the previous one.
@@ -129,5 +129,10 @@ class QuietDeviceGuard {
 #define LENET_CUDA_CHECK(call) ::lenet::cuda::check_cuda((call), #call, __FILE__, __LINE__)
 #define LENET_CUDNN_CHECK(call) ::lenet::cuda::check_cudnn((call), #call, __FILE__, __LINE__)
 #define LENET_CUBLAS_CHECK(call) ::lenet::cuda::check_cublas((call), #call, __FILE__, __LINE__)
+// A checked call of cuBLAS's cublas<Entry> through the library opened on first use (graphs/cublas_library.hpp),
+// named as the API names it: LENET_CUBLAS_CALL(Create, &handle) fails as "cublasCreate(&handle) failed ...".
+#define LENET_CUBLAS_CALL(entry, ...)                                                          \
+  ::lenet::cuda::check_cublas(::lenet::cuda::cublas_library().entry(__VA_ARGS__),             \
+                              "cublas" #entry "(" #__VA_ARGS__ ")", __FILE__, __LINE__)
 // After a kernel launch: launch-configuration errors surface here, not at the next call.
 #define LENET_CHECK_LAUNCH(name) ::lenet::cuda::check_cuda(cudaGetLastError(), name, __FILE__, __LINE__)

@@ -60,9 +60,9 @@ std::vector<int> fp32_deterministic(const Perf* perf, int count) {
 [[nodiscard]] cublasStatus_t run_blas(cublasHandle_t handle, const model::BlasCall& c) {
   const cublasOperation_t op_a = c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (c.kind == model::BlasCall::kGemv) {
-    return cublas_library().sgemv(handle, op_a, c.m, c.n, &c.alpha, c.a, c.lda, c.b, c.ldb, &c.beta, c.c, c.ldc);
+    return cublas_library().Sgemv(handle, op_a, c.m, c.n, &c.alpha, c.a, c.lda, c.b, c.ldb, &c.beta, c.c, c.ldc);
   }
-  return cublas_library().sgemm(handle, op_a, c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, c.m, c.n, c.k, &c.alpha, c.a,
+  return cublas_library().Sgemm(handle, op_a, c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, c.m, c.n, c.k, &c.alpha, c.a,
                                 c.lda, c.b, c.ldb, &c.beta, c.c, c.ldc);
 }
 
@@ -71,9 +71,11 @@ std::vector<int> fp32_deterministic(const Perf* perf, int count) {
 DeviceContext::DeviceContext(int device) : device_(device) {
   DeviceGuard guard(device);
   try {
+    // cuBLAS first, as when it was linked: cuDNN opens libcublasLt.so by soname too, and the first one
+    // loaded serves both (graphs/cublas_library.hpp).
+    LENET_CUBLAS_CALL(Create, &cublas_);
+    LENET_CUBLAS_CALL(SetMathMode, cublas_, CUBLAS_DEFAULT_MATH);
     LENET_CUDNN_CHECK(cudnnCreate(&cudnn_));
-    LENET_CUBLAS_CHECK(cublas_library().create(&cublas_));
-    LENET_CUBLAS_CHECK(cublas_library().set_math_mode(cublas_, CUBLAS_DEFAULT_MATH));
     cublas_workspace_ = DeviceBuffer<char>(device, kCublasWorkspaceBytes);
     bind(nullptr);
   } catch (...) {
@@ -88,7 +90,7 @@ void DeviceContext::release() noexcept {
   int previous = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(device_);
-  if (cublas_ != nullptr) cublas_library().destroy(std::exchange(cublas_, nullptr));
+  if (cublas_ != nullptr) cublas_library().Destroy(std::exchange(cublas_, nullptr));
   if (cudnn_ != nullptr) cudnnDestroy(std::exchange(cudnn_, nullptr));
   cudaSetDevice(previous);
 }
@@ -96,8 +98,8 @@ void DeviceContext::release() noexcept {
 void DeviceContext::bind(cudaStream_t stream) {
   DeviceGuard guard(device_);
   LENET_CUDNN_CHECK(cudnnSetStream(cudnn_, stream));
-  LENET_CUBLAS_CHECK(cublas_library().set_stream(cublas_, stream));
-  LENET_CUBLAS_CHECK(cublas_library().set_workspace(cublas_, cublas_workspace_.get(), cublas_workspace_.bytes()));
+  LENET_CUBLAS_CALL(SetStream, cublas_, stream);
+  LENET_CUBLAS_CALL(SetWorkspace, cublas_, cublas_workspace_.get(), cublas_workspace_.bytes());
   bound_ = stream;
 }
 

@@ -149,7 +149,7 @@ print(min((p for d in nvidia.__path__ for p in glob.glob(d + "/*/lib/" + sys.arg
 PY
 }
 # cuBLAS: the toolkit's or the system's, else PyTorch's wheel of the toolkit's major version
-# (nvidia/cu13/lib for CUDA 13, nvidia/cublas/lib before); CMake then links it by its full path.
+# (nvidia/cu13/lib for CUDA 13, nvidia/cublas/lib before); the programs open it there (graphs/cublas_library.hpp).
 if [[ -z ${CUBLAS_ROOT:-} ]] && ! ls "$cuda_dir"/lib64/libcublas.so* >/dev/null 2>&1 &&
   ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so'; then
   cuda_major=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\..*/\1/p')

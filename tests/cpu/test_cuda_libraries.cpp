@@ -8,12 +8,14 @@
 
 #include "engine/cuda_probe.hpp"
 #include "graphs/cublas_library.hpp"
+#include "graphs/cuda_check.hpp"
 
 TEST(CudaLibraries, LinkedVersionsMatchTheHeaders) {
   const std::string v = lenet::engine::cuda_library_versions();
   const std::string dnn = "cuDNN " + std::to_string(CUDNN_MAJOR) + "." + std::to_string(CUDNN_MINOR) + ".";
   EXPECT_NE(v.find(dnn), std::string::npos) << v;
   EXPECT_EQ(v.find("unknown"), std::string::npos) << v;
+  EXPECT_EQ(v.find("unavailable"), std::string::npos) << v;  // cuBLAS could not be opened
 }
 
 TEST(CudaLibraries, AVersionNamesTheHeadersOnlyWhereTheyDiffer) {
@@ -29,17 +31,21 @@ TEST(CudaLibraries, ProbeNeverThrowsAndClassifiesItsAnswer) {
   EXPECT_FALSE(p.describe().empty());
 }
 
-// cuBLAS is opened when first used (graphs/cublas_library.hpp), and calls through its entry points
-// reach the library: without a GPU, cublasCreate answers with an error status instead of crashing.
-TEST(CudaLibraries, CublasOpensOnFirstUseAndItsEntryPointsAnswer) {
+// cuBLAS, opened when first used (graphs/cublas_library.hpp; Cli.CpuRunsNeverOpenCublas checks when), answers
+// through its entry points, and a checked call that fails names the API's function: without a GPU,
+// cublasCreate gives an error status instead of crashing.
+TEST(CudaLibraries, CublasEntryPointsAnswerAndAFailedCallNamesTheFunction) {
   const lenet::cuda::CublasLibrary& lib = lenet::cuda::cublas_library();
-  EXPECT_STREQ(lib.status_name(CUBLAS_STATUS_ALLOC_FAILED), "CUBLAS_STATUS_ALLOC_FAILED");
+  EXPECT_STREQ(lib.GetStatusName(CUBLAS_STATUS_ALLOC_FAILED), "CUBLAS_STATUS_ALLOC_FAILED");
   cublasHandle_t handle = nullptr;
-  const cublasStatus_t rc = lib.create(&handle);
-  if (rc == CUBLAS_STATUS_SUCCESS) {
-    EXPECT_EQ(lib.destroy(handle), CUBLAS_STATUS_SUCCESS);
-  } else {
-    EXPECT_EQ(lenet::engine::probe_cuda().devices, 0) << lib.status_name(rc) << " with a device that answers";
+  try {
+    LENET_CUBLAS_CALL(Create, &handle);
+    EXPECT_EQ(lib.Destroy(handle), CUBLAS_STATUS_SUCCESS);
+  } catch (const lenet::cuda::CudaError& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(lenet::engine::probe_cuda().devices, 0) << m << " with a device that answers";
+    EXPECT_EQ(m.rfind("cublasCreate(&handle) failed", 0), 0u) << m;
+    EXPECT_NE(m.find(": cuBLAS CUBLAS_STATUS_"), std::string::npos) << m;
   }
 }
 
@@ -50,5 +56,4 @@ TEST(CudaLibraries, ALibraryThatIsMissingOrIsNotCublasIsRefusedWithTheReason) {
   EXPECT_NE(why.find("/nonexistent/libcublas.so.13: cannot open shared object file"), std::string::npos) << why;
   EXPECT_FALSE(lenet::cuda::open_cublas("libc.so.6", lib, why));
   EXPECT_EQ(why, "libc.so.6 has no cublasCreate_v2");
-  EXPECT_EQ(lib.create, nullptr);
 }
