@@ -383,7 +383,7 @@ int run_cli(int argc, const char* const* argv) {
   };
   try {
     const std::optional<CliOptions> parsed = parse_cli(argc, argv);
-    if (!parsed) return 0;
+    if (!parsed) return g_stop.signal != 0 ? stopped("while reading the command line") : 0;  // --help, --version
     CliOptions o = *parsed;
     resuming = !o.resume_path.empty();
     if (o.train.epochs == 0) {  // flags that only training reads, from a command shared with training runs
