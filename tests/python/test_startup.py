@@ -1,0 +1,63 @@
+"""profiling/startup.py: the table of start-up costs, on the lenet-train of this build (LENET_TRAIN) and a
+small synthetic data set."""
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from synthetic_data import write_dataset
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "profiling" / "startup.py"
+TRAIN = os.environ.get("LENET_TRAIN")
+
+
+def startup(*args, data=None):
+    env = dict(os.environ, LENET_DATA_DIR=data) if data else None
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300, env=env)
+
+
+class Startup(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.data = os.path.join(cls.tmp.name, "data")
+        write_dataset(cls.data, 64, 64)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    @unittest.skipUnless(TRAIN, "LENET_TRAIN (the built lenet-train) not given")
+    def test_a_row_per_command_with_ratios_to_the_first_program(self):
+        r = startup("--runs", "1", f"a={TRAIN}", f"b={TRAIN}", data=self.data)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0], "| command | a s | a MB | b s | b MB | ratio |")
+        rows = [line.split(" | ") for line in lines[2:]]
+        self.assertEqual([row[0] for row in rows], ["| --help", "| usage error", "| --version", "| CPU epoch of 64"])
+        for row in rows:
+            self.assertGreater(float(row[1]), 0)
+            self.assertGreater(int(row[2]), 0)  # peak resident MB
+            self.assertTrue(row[5].startswith("1.00 : "), row)
+
+    @unittest.skipUnless(TRAIN, "LENET_TRAIN (the built lenet-train) not given")
+    def test_a_program_that_fails_stops_the_table(self):
+        # /bin/true exits 0 where a usage error exits 2
+        r = startup("--runs", "1", f"a={TRAIN}", "b=/bin/true", data=self.data)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr, "startup.py: /bin/true --epochs x: exit status 0, expected 2\n")
+
+    def test_bad_arguments_are_one_line_and_status_2(self):
+        not_a_program = ": expected LABEL=PROGRAM, an executable file\n"
+        for args, said in [(["x"], "startup.py: x" + not_a_program),
+                           (["a=/nonexistent"], "startup.py: a=/nonexistent" + not_a_program),
+                           (["--runs", "0", "a=/bin/true"], "startup.py: --runs: must be at least 1\n")]:
+            r = startup(*args)
+            self.assertEqual((r.returncode, r.stderr, r.stdout), (2, said, ""), args)
+
+
+if __name__ == "__main__":
+    unittest.main()
