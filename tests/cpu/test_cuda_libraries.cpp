@@ -10,7 +10,7 @@
 #include "graphs/cublas_library.hpp"
 #include "graphs/cuda_check.hpp"
 
-TEST(CudaLibraries, LinkedVersionsMatchTheHeaders) {
+TEST(CudaLibraries, LoadedVersionsMatchTheHeaders) {
   const std::string v = lenet::engine::cuda_library_versions();
   const std::string dnn = "cuDNN " + std::to_string(CUDNN_MAJOR) + "." + std::to_string(CUDNN_MINOR) + ".";
   EXPECT_NE(v.find(dnn), std::string::npos) << v;
