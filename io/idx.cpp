@@ -1,11 +1,13 @@
 #include "io/idx.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 
 #ifdef LENET_HAVE_ZLIB
 #include <zlib.h>
@@ -16,6 +18,10 @@ namespace {
 
 uint32_t read_be32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+uint32_t read_le32(const uint8_t* p) {
+  return uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
 }
 
 bool has_gzip_magic(const std::vector<uint8_t>& d) { return d.size() >= 2 && d[0] == 0x1f && d[1] == 0x8b; }
@@ -61,6 +67,20 @@ void check_length(size_t size, size_t header, uint64_t count, uint64_t item_byte
   }
 }
 
+constexpr size_t kImagesHeader = 16;  // magic, count, rows, columns
+
+// Checks an IDX images file of 28x28 images; returns the image count.
+uint32_t check_idx_images(const uint8_t* data, size_t size, const std::string& name) {
+  const uint32_t count = check_idx_header(data, size, name, kIdxImagesMagic, 3, "images");
+  const uint32_t rows = read_be32(data + 8);
+  const uint32_t cols = read_be32(data + 12);
+  if (rows != kImageSide || cols != kImageSide) {
+    throw DataError(name + ": images are " + std::to_string(rows) + "x" + std::to_string(cols) + ", expected 28x28");
+  }
+  check_length(size, kImagesHeader, count, kImagePixels, name);
+  return count;
+}
+
 }  // namespace
 
 bool gzip_supported() {
@@ -77,12 +97,16 @@ std::vector<uint8_t> maybe_gunzip(std::vector<uint8_t> data, const std::string& 
     return data;
   }
 #ifdef LENET_HAVE_ZLIB
+  // The trailer's size field (the last member's length mod 2^32) sizes the buffer once, so one member is
+  // inflated without copies; no more than deflate's largest ratio (1032:1) allows, nor the bound.
+  const size_t n = data.size();
+  const uint64_t isize = n < 18 ? 0 : read_le32(data.data() + n - 4);  // 18: gzip's smallest member
+  std::vector<uint8_t> out(std::min<uint64_t>({isize, uint64_t{n} * 1032, kMaxDecompressedBytes}));
   z_stream zs;
   std::memset(&zs, 0, sizeof zs);
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw DataError(name + ": zlib could not start inflating");
   zs.next_in = data.data();
   zs.avail_in = static_cast<uInt>(data.size());  // fits: read_file_bytes caps files at 256 MiB
-  std::vector<uint8_t> out;
   size_t used = 0;  // of out's bytes; out grows only when they are all used (many small members are cheap)
   constexpr size_t kChunk = size_t{1} << 20;
   for (;;) {
@@ -92,7 +116,7 @@ std::vector<uint8_t> maybe_gunzip(std::vector<uint8_t> data, const std::string& 
         throw DataError(name + ": decompresses to more than " + std::to_string(kMaxDecompressedBytes >> 20) +
                         " MiB, larger than any IDX file of this data set");
       }
-      out.resize(out.size() + kChunk);
+      out.resize(std::min(out.size() + kChunk, kMaxDecompressedBytes));
     }
     zs.next_out = out.data() + used;
     zs.avail_out = static_cast<uInt>(out.size() - used);
@@ -130,35 +154,41 @@ std::vector<uint8_t> maybe_gunzip(std::vector<uint8_t> data, const std::string& 
 }
 
 std::vector<uint8_t> read_file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(path + ": cannot open (" + std::strerror(errno) + ")");
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw DataError(path + ": read error (not a regular file)");
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  if (!ec && size > kMaxDecompressedBytes) {
-    throw DataError(path + ": " + std::to_string(size >> 20) + " MiB, larger than any IDX file of this data set");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw DataError(path + ": cannot open (" + std::strerror(errno) + ")");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0) throw DataError(path + ": read error (" + std::strerror(errno) + ")");
+  if (!S_ISREG(st.st_mode)) throw DataError(path + ": read error (not a regular file)");
+  const auto too_large = [&](uint64_t bytes) {
+    return DataError(path + ": " + std::to_string(bytes >> 20) + " MiB, larger than any IDX file of this data set");
+  };
+  if (static_cast<uint64_t>(st.st_size) > kMaxDecompressedBytes) throw too_large(st.st_size);
+  // One read of the size fstat gave, and one more byte that finds the end (or a file that has grown since).
+  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size) + 1);
+  size_t got = 0;
+  for (;;) {
+    if (got == bytes.size()) {
+      if (got > kMaxDecompressedBytes) throw too_large(got);
+      bytes.resize(2 * got);
+    }
+    const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (n == 0) break;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw DataError(path + ": read error (" + std::strerror(errno) + ")");
+    got += static_cast<size_t>(n);
   }
-  std::vector<uint8_t> bytes;
-  try {
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  } catch (const std::ios_base::failure& e) {  // libstdc++ throws from underflow, e.g. on a directory
-    throw DataError(path + ": read error (" + e.code().message() + ")");
-  }
-  if (in.bad()) throw DataError(path + ": read error");
+  bytes.resize(got);
   return maybe_gunzip(std::move(bytes), path);
 }
 
 IdxImages parse_idx_images(const uint8_t* data, size_t size, const std::string& name) {
-  const uint32_t count = check_idx_header(data, size, name, kIdxImagesMagic, 3, "images");
-  const uint32_t rows = read_be32(data + 8);
-  const uint32_t cols = read_be32(data + 12);
-  if (rows != kImageSide || cols != kImageSide) {
-    throw DataError(name + ": images are " + std::to_string(rows) + "x" + std::to_string(cols) + ", expected 28x28");
-  }
-  check_length(size, 16, count, kImagePixels, name);
   IdxImages images;
-  images.count = count;
-  images.pixels.assign(data + 16, data + size);
+  images.count = check_idx_images(data, size, name);
+  images.pixels.assign(data + kImagesHeader, data + size);
   return images;
 }
 
@@ -176,8 +206,12 @@ std::vector<uint8_t> parse_idx_labels(const uint8_t* data, size_t size, const st
 }
 
 IdxImages read_idx_images(const std::string& path) {
-  const std::vector<uint8_t> bytes = read_file_bytes(path);
-  return parse_idx_images(bytes.data(), bytes.size(), path);
+  IdxImages images;
+  images.pixels = read_file_bytes(path);
+  images.count = check_idx_images(images.pixels.data(), images.pixels.size(), path);
+  // The header moved out in place: a copy into a new buffer would cost the pages of a second one.
+  images.pixels.erase(images.pixels.begin(), images.pixels.begin() + kImagesHeader);
+  return images;
 }
 
 std::vector<uint8_t> read_idx_labels(const std::string& path) {

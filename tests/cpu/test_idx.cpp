@@ -280,6 +280,28 @@ TEST_F(IdxFiles, GzipMembersAreReadOneAfterAnother) {
   EXPECT_CONTAINS(data_error_of([&] { lenet::io::read_idx_labels(write_raw("cut.gz", gz)); }), "truncated gzip");
 }
 
+// The reader sizes its buffer from the last member's trailer: a first member larger than the last makes
+// it grow (here through three 1 MiB steps) and keep every byte; a trailer that lies about the length is
+// refused by zlib's check, whatever buffer it sized.
+TEST_F(IdxFiles, GzipTrailerSizesTheBufferButNeverTheData) {
+  if (!lenet::io::gzip_supported()) GTEST_SKIP() << "built without zlib";
+  const uint32_t count = 4000;  // 3.1 MB of pixels
+  const Bytes whole = idx_images(count);
+  const size_t cut = whole.size() - 100;
+  Bytes gz = lenet::testing::read_bytes(write_gz("a.gz", Bytes(whole.begin(), whole.begin() + cut)));
+  const Bytes last = lenet::testing::read_bytes(write_gz("b.gz", Bytes(whole.begin() + cut, whole.end())));
+  gz.insert(gz.end(), last.begin(), last.end());
+  expect_images_exact(lenet::io::read_idx_images(write_raw("img.gz", gz)), count);
+  for (const int delta : {-1, 1}) {
+    Bytes lying = lenet::testing::read_bytes(write_gz("c.gz", whole));
+    lying[lying.size() - 4] = static_cast<uint8_t>(lying[lying.size() - 4] + delta);  // ISIZE's low byte
+    const std::string path = write_raw("lying.gz", lying);
+    const std::string msg = data_error_of([&] { lenet::io::read_idx_images(path); });
+    EXPECT_CONTAINS(msg, path);
+    EXPECT_CONTAINS(msg, "corrupt gzip data");
+  }
+}
+
 TEST_F(IdxFiles, JunkAfterGzipStreamIsRejected) {
   if (!lenet::io::gzip_supported()) GTEST_SKIP() << "built without zlib";
   Bytes gz = lenet::testing::read_bytes(write_gz("full.gz", idx_labels({1, 2})));
