@@ -1,6 +1,7 @@
 #include "io/idx.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,6 +23,23 @@ uint32_t read_be32(const uint8_t* p) {
 
 uint32_t read_le32(const uint8_t* p) {
   return uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
+}
+
+// n zero bytes whose whole 2 MiB pages are advised to be transparent huge pages (Linux's default THP
+// mode is madvise): the tens of MB of a data file are then faulted in 2 MiB at a time, not 4 KiB, which
+// halved the data set's load on a VM where a fault costs microseconds. A hint: a kernel that declines
+// it leaves ordinary pages, so its result is not an error.
+std::vector<uint8_t> large_buffer(size_t n) {
+  std::vector<uint8_t> bytes;
+  bytes.reserve(n);  // allocated, not yet touched
+#ifdef MADV_HUGEPAGE
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  const auto at = reinterpret_cast<uintptr_t>(bytes.data());
+  const uintptr_t first = (at + kHugePage - 1) & ~(kHugePage - 1), last = (at + n) & ~(kHugePage - 1);
+  if (last > first) (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+#endif
+  bytes.resize(n);
+  return bytes;
 }
 
 bool has_gzip_magic(const std::vector<uint8_t>& d) { return d.size() >= 2 && d[0] == 0x1f && d[1] == 0x8b; }
@@ -101,7 +119,7 @@ std::vector<uint8_t> maybe_gunzip(std::vector<uint8_t> data, const std::string& 
   // inflated without copies; no more than deflate's largest ratio (1032:1) allows, nor the bound.
   const size_t n = data.size();
   const uint64_t isize = n < 18 ? 0 : read_le32(data.data() + n - 4);  // 18: gzip's smallest member
-  std::vector<uint8_t> out(std::min<uint64_t>({isize, uint64_t{n} * 1032, kMaxDecompressedBytes}));
+  std::vector<uint8_t> out = large_buffer(std::min<uint64_t>({isize, uint64_t{n} * 1032, kMaxDecompressedBytes}));
   z_stream zs;
   std::memset(&zs, 0, sizeof zs);
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw DataError(name + ": zlib could not start inflating");
@@ -168,7 +186,7 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
   };
   if (static_cast<uint64_t>(st.st_size) > kMaxDecompressedBytes) throw too_large(st.st_size);
   // One read of the size fstat gave, and one more byte that finds the end (or a file that has grown since).
-  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size) + 1);
+  std::vector<uint8_t> bytes = large_buffer(static_cast<size_t>(st.st_size) + 1);
   size_t got = 0;
   for (;;) {
     if (got == bytes.size()) {
