@@ -172,7 +172,8 @@ std::vector<uint8_t> maybe_gunzip(std::vector<uint8_t> data, const std::string& 
 }
 
 std::vector<uint8_t> read_file_bytes(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking: a named pipe without a writer is refused below as not a regular file, not waited for.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw DataError(path + ": cannot open (" + std::strerror(errno) + ")");
   struct Closer {
     int fd;
@@ -191,7 +192,7 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
   for (;;) {
     if (got == bytes.size()) {
       if (got > kMaxDecompressedBytes) throw too_large(got);
-      bytes.resize(2 * got);
+      bytes.resize(std::min(2 * got, kMaxDecompressedBytes + 1));
     }
     const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
     if (n == 0) break;

@@ -1,6 +1,8 @@
 // The IDX reader and the data set loader: every malformed file must become a DataError that names the
 // file and the problem, never a crash or a silently wrong tensor.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 // zlib writes the .gz fixtures where the build links it (LENET_TEST_CAN_WRITE_GZIP, set by CMake with the
 // reader's LENET_HAVE_ZLIB: a zlib.h without its library must not be taken). Without it the build cannot
@@ -12,11 +14,13 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <random>
 #include <string>
 #include <vector>
@@ -374,6 +378,21 @@ TEST_F(IdxFiles, MissingFileIsRejected) {
   msg = data_error_of([&] { lenet::io::read_idx_images(dir); });  // a folder opens but cannot be read
   EXPECT_CONTAINS(msg, dir);
   EXPECT_CONTAINS(msg, "read error");
+}
+
+// A named pipe is refused at once, not waited on for a writer that may never come.
+TEST_F(IdxFiles, NamedPipeIsRefusedWithoutWaitingForAWriter) {
+  const std::string path = (dir_ / "pipe").string();
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  auto read = std::async(std::launch::async, [&] { return data_error_of([&] { lenet::io::read_idx_labels(path); }); });
+  if (read.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    const int writer = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);  // lets the waiting open return
+    if (writer >= 0) ::close(writer);
+    FAIL() << "reading a named pipe without a writer waited for one";
+  }
+  const std::string msg = read.get();
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "not a regular file");
 }
 
 TEST_F(IdxFiles, DataFileThatIsNotARegularFileIsNamed) {
