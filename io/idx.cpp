@@ -174,13 +174,16 @@ std::vector<uint8_t> maybe_gunzip(std::vector<uint8_t> data, const std::string& 
 std::vector<uint8_t> read_file_bytes(const std::string& path) {
   // Non-blocking: a named pipe without a writer is refused below as not a regular file, not waited for.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw DataError(path + ": cannot open (" + std::strerror(errno) + ")");
+  if (const int err = errno; fd < 0) throw DataError(path + ": cannot open (" + std::strerror(err) + ")");
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
   struct stat st;
-  if (::fstat(fd, &st) != 0) throw DataError(path + ": read error (" + std::strerror(errno) + ")");
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    throw DataError(path + ": read error (" + std::strerror(err) + ")");
+  }
   if (!S_ISREG(st.st_mode)) throw DataError(path + ": read error (not a regular file)");
   const auto too_large = [&](uint64_t bytes) {
     return DataError(path + ": " + std::to_string(bytes >> 20) + " MiB, larger than any IDX file of this data set");
@@ -195,9 +198,10 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
       bytes.resize(std::min(2 * got, kMaxDecompressedBytes + 1));
     }
     const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+    const int err = errno;
     if (n == 0) break;
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw DataError(path + ": read error (" + std::strerror(errno) + ")");
+    if (n < 0 && err == EINTR) continue;
+    if (n < 0) throw DataError(path + ": read error (" + std::strerror(err) + ")");
     got += static_cast<size_t>(n);
   }
   bytes.resize(got);
