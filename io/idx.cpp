@@ -115,26 +115,34 @@ std::vector<uint8_t> maybe_gunzip(std::vector<uint8_t> data, const std::string& 
     return data;
   }
 #ifdef LENET_HAVE_ZLIB
-  // The trailer's size field (the last member's length mod 2^32) sizes the buffer once, so one member is
-  // inflated without copies; no more than deflate's largest ratio (1032:1) allows, nor the bound.
-  const size_t n = data.size();
-  const uint64_t isize = n < 18 ? 0 : read_le32(data.data() + n - 4);  // 18: gzip's smallest member
-  std::vector<uint8_t> out = large_buffer(std::min<uint64_t>({isize, uint64_t{n} * 1032, kMaxDecompressedBytes}));
-  z_stream zs;
-  std::memset(&zs, 0, sizeof zs);
+  struct Stream {  // inflateEnd on every way out (on a stream never started it returns an error, harmlessly)
+    z_stream zs{};
+    ~Stream() { inflateEnd(&zs); }
+  } stream;
+  z_stream& zs = stream.zs;
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw DataError(name + ": zlib could not start inflating");
   zs.next_in = data.data();
   zs.avail_in = static_cast<uInt>(data.size());  // fits: read_file_bytes caps files at 256 MiB
-  size_t used = 0;  // of out's bytes; out grows only when they are all used (many small members are cheap)
-  constexpr size_t kChunk = size_t{1} << 20;
+  // The output buffer starts at 1 MiB. Once the stream has filled it (so its header and first blocks are
+  // real deflate) it takes the size the trailer gives (the last member's length mod 2^32: a file of one
+  // member is then inflated with no copy), as far as deflate's largest ratio (1032:1) and the bound allow;
+  // past that it doubles. It grows only when full (many small members are cheap), never past the bound.
+  const size_t n = data.size();
+  const uint64_t trailer = n < 18 ? 0 : read_le32(data.data() + n - 4);  // 18: gzip's smallest member
+  const size_t hint = std::min<uint64_t>({trailer, uint64_t{n} * 1032, kMaxDecompressedBytes});
+  constexpr size_t kFirst = size_t{1} << 20;
+  std::vector<uint8_t> out;
+  size_t used = 0;  // of out's bytes
   for (;;) {
     if (used == out.size()) {
       if (out.size() >= kMaxDecompressedBytes) {
-        inflateEnd(&zs);
         throw DataError(name + ": decompresses to more than " + std::to_string(kMaxDecompressedBytes >> 20) +
                         " MiB, larger than any IDX file of this data set");
       }
-      out.resize(std::min(out.size() + kChunk, kMaxDecompressedBytes));
+      const size_t size = out.empty() ? kFirst : std::max(2 * out.size(), hint);
+      std::vector<uint8_t> larger = large_buffer(std::min(size, kMaxDecompressedBytes));
+      std::copy(out.begin(), out.end(), larger.begin());
+      out.swap(larger);
     }
     zs.next_out = out.data() + used;
     zs.avail_out = static_cast<uInt>(out.size() - used);
@@ -142,25 +150,17 @@ std::vector<uint8_t> maybe_gunzip(std::vector<uint8_t> data, const std::string& 
     used = out.size() - zs.avail_out;
     // A gzip file may hold several members one after another (`cat a.gz b.gz`, pigz): their data joined.
     if (rc == Z_STREAM_END && zs.avail_in >= 2 && zs.next_in[0] == 0x1f && zs.next_in[1] == 0x8b) {
-      if (inflateReset(&zs) != Z_OK) {
-        inflateEnd(&zs);
-        throw DataError(name + ": zlib could not start inflating the next gzip member");
-      }
+      if (inflateReset(&zs) != Z_OK) throw DataError(name + ": zlib could not start inflating the next gzip member");
       continue;
     }
     if (rc == Z_STREAM_END) break;
     if (rc == Z_BUF_ERROR && zs.avail_in == 0) {
-      inflateEnd(&zs);
       throw DataError(name + ": truncated gzip stream (ends after " + std::to_string(used) + " decompressed bytes)");
     }
-    if (rc != Z_OK && rc != Z_BUF_ERROR) {
-      const std::string msg = zs.msg ? zs.msg : "error " + std::to_string(rc);
-      inflateEnd(&zs);
-      throw DataError(name + ": corrupt gzip data (" + msg + ")");
-    }
+    if (rc != Z_OK && rc != Z_BUF_ERROR)
+      throw DataError(name + ": corrupt gzip data (" + (zs.msg ? zs.msg : "error " + std::to_string(rc)) + ")");
   }
   out.resize(used);
-  inflateEnd(&zs);
   // Anything after the last member is junk.
   if (zs.avail_in != 0) {
     throw DataError(name + ": " + std::to_string(zs.avail_in) + " unexpected bytes after the gzip stream");
@@ -185,6 +185,11 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
     throw DataError(path + ": read error (" + std::strerror(err) + ")");
   }
   if (!S_ISREG(st.st_mode)) throw DataError(path + ": read error (not a regular file)");
+  // Blocking again for the reads: a network or FUSE file system may otherwise answer EAGAIN.
+  if (const int flags = ::fcntl(fd, F_GETFL); flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+    const int err = errno;
+    throw DataError(path + ": read error (" + std::strerror(err) + ")");
+  }
   const auto too_large = [&](uint64_t bytes) {
     return DataError(path + ": " + std::to_string(bytes >> 20) + " MiB, larger than any IDX file of this data set");
   };
