@@ -88,7 +88,7 @@ std::unique_ptr<Backend> make_cuda_backend(const CliOptions& o, const CudaProbe&
   }
   const int replicas = o.replicas.value_or(num_gpus);
   check_replicas(o, replicas);
-  const CudaPlacement placement = place(num_gpus, replicas, data, o.train.batch_size);
+  const CudaPlacement placement = place(num_gpus, replicas, data.train.size(), data.test.size(), o.train.batch_size);
   std::vector<std::string> report;
   std::unique_ptr<Backend> backend;
   if (o.mode == "naive") {

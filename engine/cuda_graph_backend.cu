@@ -89,13 +89,13 @@ CudaGraphBackend::CudaGraphBackend(const CudaPlacement& placement, const std::ve
 }
 
 void CudaGraphBackend::build(const CudaPlacement& placement, const std::vector<float>& initial_parameters) {
-  const int n_gpus = placement.num_gpus, n_rep = placement.replicas;
+  const int n_rep = placement.replicas;
   size_t largest_chunk = 0;
   for (const ChunkRange& c : ring_.chunks()) largest_chunk = std::max(largest_chunk, c.size);
 
   for (int r = 0; r < n_rep; ++r) {
     auto rep = std::make_unique<Replica>();
-    rep->device = r % n_gpus;
+    rep->device = placement.device(r);
     rep->capacity = std::max(1, largest_share(placement.train_batch_rows, n_rep, r));
     const int dev = rep->device;
     const size_t cap = static_cast<size_t>(rep->capacity);

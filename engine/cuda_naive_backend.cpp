@@ -11,11 +11,6 @@ namespace lenet::engine {
 
 using cuda::DeviceGuard;
 
-CudaPlacement place(int num_gpus, int replicas, const io::FashionMnist& data, int batch_size) {
-  return {num_gpus, replicas, minibatch_sizes(data.train.size(), batch_size),
-          minibatch_sizes(data.test.size(), batch_size)};
-}
-
 CudaNaiveBackend::CudaNaiveBackend(const CudaPlacement& placement, const std::vector<float>& initial_parameters) {
   const int n_gpus = placement.num_gpus, n_rep = placement.replicas;
   if (n_gpus < 1 || n_rep < 1) throw std::invalid_argument("CudaNaiveBackend: no GPU or no replica");
@@ -36,7 +31,7 @@ CudaNaiveBackend::CudaNaiveBackend(const CudaPlacement& placement, const std::ve
       rows.insert(rows.end(), placement.eval_batch_rows.begin(), placement.eval_batch_rows.end());
       capacity = std::max(capacity, largest_eval);
     }
-    replicas_.push_back(std::make_unique<cuda::CudaLenet>(*contexts_[static_cast<size_t>(r % n_gpus)], capacity, rows));
+    replicas_.push_back(std::make_unique<cuda::CudaLenet>(*contexts_[static_cast<size_t>(placement.device(r))], capacity, rows));
     DeviceGuard guard(replicas_.back()->device());
     LENET_CUDA_CHECK(cudaMemcpy(replicas_.back()->params(), initial_parameters.data(),
                                 model::kNumParameters * sizeof(float), cudaMemcpyHostToDevice));
@@ -128,7 +123,7 @@ TrainStats CudaNaiveBackend::take_train_stats() {
 
 int64_t CudaNaiveBackend::count_correct(const io::Split& data, int batch_size) {
   cuda::CudaLenet& rep = *replicas_[0];
-  std::vector<uint32_t> idx(static_cast<size_t>(batch_size));
+  std::vector<uint32_t> idx(std::min(static_cast<size_t>(batch_size), data.size()));
   for (size_t first = 0; first < data.size(); first += static_cast<size_t>(batch_size)) {
     const int rows = static_cast<int>(std::min(static_cast<size_t>(batch_size), data.size() - first));
     for (int i = 0; i < rows; ++i) idx[static_cast<size_t>(i)] = static_cast<uint32_t>(first + static_cast<size_t>(i));

@@ -7,21 +7,10 @@
 #include <vector>
 
 #include "engine/backend.hpp"
+#include "engine/ring.hpp"
 #include "model/cuda_lenet.hpp"
 
 namespace lenet::engine {
-
-struct CudaPlacement {
-  int num_gpus = 1;  // GPUs 0..num_gpus-1
-  int replicas = 1;  // replica i on GPU i mod num_gpus
-  // Every minibatch size the run will train on (a full batch and the last partial one) and evaluate on,
-  // so each replica picks cuDNN algorithms that support its share of them.
-  std::vector<int> train_batch_rows;
-  std::vector<int> eval_batch_rows;
-};
-
-// `replicas` replicas on GPUs 0..num_gpus-1 for training and evaluating on `data` in minibatches of `batch_size`.
-CudaPlacement place(int num_gpus, int replicas, const io::FashionMnist& data, int batch_size);
 
 class CudaNaiveBackend final : public Backend {
  public:

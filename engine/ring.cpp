@@ -41,6 +41,15 @@ int largest_share(const std::vector<int>& batch_sizes, int replicas, int replica
   return most;
 }
 
+CudaPlacement place(int num_gpus, int replicas, size_t train_examples, size_t test_examples, int batch_size) {
+  if (num_gpus < 1 || replicas < 1 || batch_size < 1) {
+    throw std::invalid_argument("place: GPUs " + std::to_string(num_gpus) + ", replicas " + std::to_string(replicas) +
+                                ", batch size " + std::to_string(batch_size));
+  }
+  return {std::min(num_gpus, replicas), replicas, minibatch_sizes(train_examples, batch_size),
+          minibatch_sizes(test_examples, batch_size)};
+}
+
 RingSchedule::RingSchedule(int replicas, size_t length) : replicas_(replicas), length_(length) {
   if (replicas < 1) throw std::invalid_argument("RingSchedule: replicas " + std::to_string(replicas));
   const size_t r = static_cast<size_t>(replicas);

@@ -27,6 +27,22 @@ std::vector<int> minibatch_sizes(size_t examples, int batch);
 // B = 18: 3 each), so buffers sized from the full minibatch alone would be too small.
 int largest_share(const std::vector<int>& batch_sizes, int replicas, int replica);
 
+// Where the GPU modes run their replicas: replica r on GPU r mod num_gpus. Every minibatch size the run
+// trains on (a full batch and the last partial one) and evaluates on is listed, so that each replica
+// picks cuDNN algorithms supporting its share of all of them.
+struct CudaPlacement {
+  int num_gpus = 1;  // GPUs 0..num_gpus-1, each running a replica
+  int replicas = 1;
+  std::vector<int> train_batch_rows;
+  std::vector<int> eval_batch_rows;
+  int device(int replica) const { return replica % num_gpus; }
+};
+
+// `replicas` replicas on GPUs 0..num_gpus-1 training on `train_examples` and evaluating on
+// `test_examples` in minibatches of `batch_size`. GPUs past the replica count are left out (no context,
+// no workspace, no peer access): `--replicas 1` on an 8-GPU node opens one GPU, not eight.
+CudaPlacement place(int num_gpus, int replicas, size_t train_examples, size_t test_examples, int batch_size);
+
 struct ChunkRange {
   size_t offset = 0;
   size_t size = 0;

@@ -136,7 +136,7 @@ std::unique_ptr<engine::Backend> make_backend(const std::string& mode, int repli
 #if !LENET_HAVE_CUDA
   throw std::logic_error("lenet-bench: " + mode + " mode in a build without CUDA");
 #else
-  const engine::CudaPlacement p = engine::place(std::min(num_gpus, replicas), replicas, data, o.batch_size);
+  const engine::CudaPlacement p = engine::place(num_gpus, replicas, data.train.size(), data.test.size(), o.batch_size);
   if (mode == "naive") return std::make_unique<engine::CudaNaiveBackend>(p, start);
   return std::make_unique<engine::CudaGraphBackend>(p, start);
 #endif

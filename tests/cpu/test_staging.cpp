@@ -58,6 +58,31 @@ TEST(StagingSlots, MinibatchSizesOfAnEpoch) {
   EXPECT_EQ(engine::minibatch_sizes(100, 256), (std::vector<int>{100}));
 }
 
+// GPUs no replica runs on are left out, so that a run opens only the GPUs it uses; replica r runs on
+// GPU r mod (GPUs used), the same GPU as r mod (GPUs given) for every replica.
+TEST(CudaPlacement, ReplicasGoRoundTheGpusTheyUseAndNoOthers) {
+  const engine::CudaPlacement one = engine::place(8, 1, 60000, 10000, 256);
+  EXPECT_EQ(one.num_gpus, 1);
+  EXPECT_EQ(one.device(0), 0);
+  EXPECT_EQ(one.train_batch_rows, (std::vector<int>{256, 96}));
+  EXPECT_EQ(one.eval_batch_rows, (std::vector<int>{256, 16}));
+  for (int gpus = 1; gpus <= 8; ++gpus)
+    for (int replicas = 1; replicas <= 10; ++replicas) {
+      const engine::CudaPlacement p = engine::place(gpus, replicas, 100, 10, 32);
+      EXPECT_EQ(p.num_gpus, std::min(gpus, replicas));
+      EXPECT_EQ(p.replicas, replicas);
+      std::vector<int> used(size_t(gpus), 0);
+      for (int r = 0; r < replicas; ++r) {
+        EXPECT_EQ(p.device(r), r % gpus) << gpus << " GPUs, replica " << r;
+        ++used.at(size_t(p.device(r)));
+      }
+      for (int g = 0; g < p.num_gpus; ++g) EXPECT_GT(used[size_t(g)], 0) << "GPU " << g << " opened for no replica";
+    }
+  EXPECT_THROW(engine::place(0, 1, 100, 10, 32), std::invalid_argument);
+  EXPECT_THROW(engine::place(1, 0, 100, 10, 32), std::invalid_argument);
+  EXPECT_THROW(engine::place(1, 1, 100, 10, 0), std::invalid_argument);
+}
+
 TEST(StagingSlots, StepParametersCarryRowsAndTheSgdScale) {
   const engine::StepParams p = engine::step_params(32, 96, 0.2f);
   EXPECT_EQ(p.rows, 32);
