@@ -221,8 +221,10 @@ void CudaGraphBackend::train_step(const io::Split& data, const uint32_t* idx, in
   const std::vector<RowRange> split = split_rows(rows, static_cast<int>(replicas_.size()));
   for (size_t r = 0; r < replicas_.size(); ++r) {
     if (split[r].rows > replicas_[r]->capacity) {
-      throw std::invalid_argument("CudaGraphBackend: minibatch of " + std::to_string(rows) +
-                                  " rows is larger than the one the graphs were captured for");
+      throw std::invalid_argument("CudaGraphBackend: replica " + std::to_string(r) + "'s share of a minibatch of " +
+                                  std::to_string(rows) + " rows, " + std::to_string(split[r].rows) +
+                                  ", is more than the " + std::to_string(replicas_[r]->capacity) +
+                                  " rows its graphs were captured for");
     }
   }
   // The operations that enqueue_staging and enqueue_replay (engine/staging.hpp) put in order.
