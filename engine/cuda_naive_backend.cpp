@@ -31,7 +31,8 @@ CudaNaiveBackend::CudaNaiveBackend(const CudaPlacement& placement, const std::ve
       rows.insert(rows.end(), placement.eval_batch_rows.begin(), placement.eval_batch_rows.end());
       capacity = std::max(capacity, largest_eval);
     }
-    replicas_.push_back(std::make_unique<cuda::CudaLenet>(*contexts_[static_cast<size_t>(placement.device(r))], capacity, rows));
+    cuda::DeviceContext& ctx = *contexts_[static_cast<size_t>(placement.device(r))];
+    replicas_.push_back(std::make_unique<cuda::CudaLenet>(ctx, capacity, rows));
     DeviceGuard guard(replicas_.back()->device());
     LENET_CUDA_CHECK(cudaMemcpy(replicas_.back()->params(), initial_parameters.data(),
                                 model::kNumParameters * sizeof(float), cudaMemcpyHostToDevice));

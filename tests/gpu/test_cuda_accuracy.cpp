@@ -31,7 +31,9 @@ TEST(CudaAccuracy, NaiveThreeEpochsAndGraphTenEpochsReachTheCpuAccuracy) {
   engine::TrainOptions opt;  // the source text's settings: batch 256, lr 0.2, ten epochs
   opt.seed = 1;
   const std::vector<float> start = model::init_parameters<float>(opt.seed);
-  auto placement = [&](int replicas) { return engine::place(1, replicas, data.train.size(), data.test.size(), opt.batch_size); };
+  auto placement = [&](int replicas) {
+    return engine::place(1, replicas, data.train.size(), data.test.size(), opt.batch_size);
+  };
   std::ostringstream log;
   engine::CpuBackend cpu(1, start);
   const engine::TrainResult reference = engine::train(cpu, data, opt, log, false);
