@@ -21,9 +21,11 @@ uint32_t read_be32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
+#ifdef LENET_HAVE_ZLIB
 uint32_t read_le32(const uint8_t* p) {
   return uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
 }
+#endif
 
 // n zero bytes whose whole 2 MiB pages are advised to be transparent huge pages (Linux's default THP
 // mode is madvise): the tens of MB of a data file are then faulted in 2 MiB at a time, not 4 KiB, which
