@@ -285,7 +285,7 @@ TEST_F(IdxFiles, GzipMembersAreReadOneAfterAnother) {
 }
 
 // The reader sizes its buffer from the last member's trailer: a first member larger than the last makes
-// it grow (here through three 1 MiB steps) and keep every byte; a trailer that lies about the length is
+// it grow (here from 1 MiB to 2 and 4) and keep every byte; a trailer that lies about the length is
 // refused by zlib's check, whatever buffer it sized.
 TEST_F(IdxFiles, GzipTrailerSizesTheBufferButNeverTheData) {
   if (!lenet::io::gzip_supported()) GTEST_SKIP() << "built without zlib";
