@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "engine/backend.hpp"
-#include "engine/cuda_naive_backend.hpp"
 #include "engine/ring.hpp"
 #include "engine/staging.hpp"
 #include "graphs/cuda_graph.hpp"
+#include "model/cuda_lenet.hpp"
 
 namespace lenet::engine {
 

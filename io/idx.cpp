@@ -127,8 +127,9 @@ std::vector<uint8_t> maybe_gunzip(std::vector<uint8_t> data, const std::string& 
   zs.avail_in = static_cast<uInt>(data.size());  // fits: read_file_bytes caps files at 256 MiB
   // The output buffer starts at 1 MiB. Once the stream has filled it (so its header and first blocks are
   // real deflate) it takes the size the trailer gives (the last member's length mod 2^32: a file of one
-  // member is then inflated with no copy), as far as deflate's largest ratio (1032:1) and the bound allow;
-  // past that it doubles. It grows only when full (many small members are cheap), never past the bound.
+  // member is then inflated with one copy, of that first MiB), as far as deflate's largest ratio (1032:1)
+  // and the bound allow; past that it doubles. It grows only when full (many small members are cheap),
+  // never past the bound.
   const size_t n = data.size();
   const uint64_t trailer = n < 18 ? 0 : read_le32(data.data() + n - 4);  // 18: gzip's smallest member
   const size_t hint = std::min<uint64_t>({trailer, uint64_t{n} * 1032, kMaxDecompressedBytes});
@@ -181,17 +182,13 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
+  const auto read_error = [&](const std::string& why) { return DataError(path + ": read error (" + why + ")"); };
   struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    throw DataError(path + ": read error (" + std::strerror(err) + ")");
-  }
-  if (!S_ISREG(st.st_mode)) throw DataError(path + ": read error (not a regular file)");
+  if (::fstat(fd, &st) != 0) throw read_error(std::strerror(errno));  // errno read before the message is built
+  if (!S_ISREG(st.st_mode)) throw read_error("not a regular file");
   // Blocking again for the reads: a network or FUSE file system may otherwise answer EAGAIN.
-  if (const int flags = ::fcntl(fd, F_GETFL); flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
-    const int err = errno;
-    throw DataError(path + ": read error (" + std::strerror(err) + ")");
-  }
+  if (const int flags = ::fcntl(fd, F_GETFL); flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0)
+    throw read_error(std::strerror(errno));
   const auto too_large = [&](uint64_t bytes) {
     return DataError(path + ": " + std::to_string(bytes >> 20) + " MiB, larger than any IDX file of this data set");
   };
@@ -205,10 +202,9 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
       bytes.resize(std::min(2 * got, kMaxDecompressedBytes + 1));
     }
     const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
-    const int err = errno;
     if (n == 0) break;
-    if (n < 0 && err == EINTR) continue;
-    if (n < 0) throw DataError(path + ": read error (" + std::strerror(err) + ")");
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw read_error(std::strerror(errno));
     got += static_cast<size_t>(n);
   }
   bytes.resize(got);
