@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "model/conv_algos.hpp"
 #include "model/cuda_kernels.hpp"
 #include "model/fc_blas.hpp"
 
@@ -34,25 +35,19 @@ void set4d(cudnnTensorDescriptor_t d, int n, int c, int h, int w) {
   LENET_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
 }
 
-// Deterministic algorithms, to run with the convolution descriptor's math type pinned to CUDNN_FMA_MATH:
-// full fp32. CUDNN_DEFAULT_MATH would permit TF32 tensor cores from A100 on (cuDNN's cudnnMathType_t
-// documentation), rounding every input to 10 mantissa bits and breaking the comparison with the CPU
-// backend. Algorithms the query reports with FMA math come first; those it reports with default math
-// follow (some cuDNN versions report plain fp32 kernels that way), still run under FMA; tensor-op
-// ones never. An algorithm FMA cannot run is skipped by pick(): its workspace query or its trial run
-// fails.
+// cuDNN's heuristic list in model/conv_algos.hpp's terms.
 template <typename Perf>
-std::vector<int> fp32_deterministic(const Perf* perf, int count) {
-  std::vector<int> algos;
-  for (const cudnnMathType_t math : {CUDNN_FMA_MATH, CUDNN_DEFAULT_MATH}) {
-    for (int i = 0; i < count; ++i) {
-      const int algo = static_cast<int>(perf[i].algo);
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
-          perf[i].mathType == math && std::find(algos.begin(), algos.end(), algo) == algos.end())
-        algos.push_back(algo);
-    }
+std::vector<model::ConvAlgoPerf> plain(const Perf* perf, int count) {
+  std::vector<model::ConvAlgoPerf> out;
+  for (int i = 0; i < count; ++i) {
+    const cudnnMathType_t m = perf[i].mathType;
+    out.push_back({static_cast<int>(perf[i].algo), perf[i].status == CUDNN_STATUS_SUCCESS,
+                   perf[i].determinism == CUDNN_DETERMINISTIC,
+                   m == CUDNN_FMA_MATH       ? model::ConvAlgoPerf::kFma
+                   : m == CUDNN_DEFAULT_MATH ? model::ConvAlgoPerf::kDefault
+                                             : model::ConvAlgoPerf::kTensorOp});
   }
-  return algos;
+  return out;
 }
 
 // Runs a call of model/fc_blas.hpp (host pointer mode: cuBLAS reads alpha and beta before it returns).
@@ -215,17 +210,7 @@ void CudaLenet::set_batch_descriptors(int rows) {
 }
 
 void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
-  std::vector<int> rows;
-  for (int r : row_counts) {
-    if (r > max_rows_) {
-      throw std::invalid_argument("CudaLenet: row count " + std::to_string(r) + " above the capacity " +
-                                  std::to_string(max_rows_));
-    }
-    if (r > 0) rows.push_back(r);
-  }
-  rows.push_back(max_rows_);
-  std::sort(rows.begin(), rows.end());
-  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  const std::vector<int> rows = model::trial_rows(row_counts, max_rows_);
   cudnnHandle_t h = ctx_.cudnn();
   size_t workspace = 0;
 
@@ -236,60 +221,49 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
   const model::LenetView<float> p = model::view(params_.get());
   const model::LenetView<float> g = model::view(grads_.get());
 
-  // The first candidate whose workspace query succeeds for every row count, within the cap, and that
-  // then runs once at every row count: a heuristic's list is not a promise that an algorithm
-  // runs under FMA math, and a failing cuDNN status here is a skipped candidate instead of a failed
-  // training step (a fault on the device is sticky and still ends the run, named).
-  // The descriptor's math type is CUDNN_FMA_MATH from the algorithm query on (the callers set it).
+  // model::choose_conv_algo's policy over one convolution's candidates, with cuDNN calls as its trials.
+  // The descriptor's math type is CUDNN_FMA_MATH from the algorithm query on (the callers set it). A
+  // failing cuDNN status is a skipped candidate; a fault on the device is sticky and still ends the run,
+  // named, at the next checked call.
   auto pick = [&](const char* what, const std::vector<int>& candidates,
                   const std::function<cudnnStatus_t(int, size_t*)>& query,
                   const std::function<cudnnStatus_t(int, void*, size_t)>& run) -> int {
-    std::string tried;  // why each candidate was passed over, for the error when none is left
-    for (const int algo : candidates) {
-      const std::string name = (tried.empty() ? "" : "; ") + std::to_string(algo) + ": ";
-      size_t need = 0;
-      std::string why;
-      for (int r : rows) {
-        set_batch_descriptors(r);
-        size_t bytes = 0;
-        if (const cudnnStatus_t rc = query(algo, &bytes); rc != CUDNN_STATUS_SUCCESS) {
-          why = std::string("workspace query at ") + std::to_string(r) + " rows: " + cudnnGetErrorString(rc);
-        } else if (bytes > kMaxConvWorkspaceBytes) {
-          why = "workspace of " + std::to_string(bytes) + " bytes at " + std::to_string(r) + " rows";
-        }
-        if (!why.empty()) break;
-        need = std::max(need, bytes);
+    DeviceBuffer<char> scratch;
+    model::ConvAlgoTrials trials;
+    trials.workspace = [&](int algo, int r, size_t* bytes) -> std::string {
+      set_batch_descriptors(r);
+      const cudnnStatus_t rc = query(algo, bytes);
+      return rc == CUDNN_STATUS_SUCCESS ? "" : cudnnGetErrorString(rc);
+    };
+    trials.reserve = [&](size_t bytes) {
+      try {
+        scratch = DeviceBuffer<char>(ctx_.device(), std::max<size_t>(bytes, 1));
+        return true;
+      } catch (const CudaError&) {  // the check has cleared the allocation's error
+        return false;
       }
-      DeviceBuffer<char> scratch;
-      if (why.empty()) {
-        try {
-          scratch = DeviceBuffer<char>(ctx_.device(), std::max<size_t>(need, 1));
-        } catch (const CudaError&) {  // the check has cleared the allocation's error
-          why = "its workspace of " + std::to_string(need) + " bytes could not be allocated";
-        }
-      }
-      for (int r : rows) {  // at every row count a step or an evaluation will use
-        if (!why.empty()) break;
-        set_batch_descriptors(r);
-        if (const cudnnStatus_t rc = run(algo, scratch.get(), need); rc != CUDNN_STATUS_SUCCESS) {
-          cudaGetLastError();  // a failed launch inside cuDNN must not surface at our next check
-          why = "trial run at " + std::to_string(r) + " rows: " + cudnnGetErrorString(rc);
-        }
-      }
+    };
+    trials.run = [&](int algo, int r, size_t bytes) -> std::string {
+      set_batch_descriptors(r);
+      const cudnnStatus_t rc = run(algo, scratch.get(), bytes);
+      if (rc == CUDNN_STATUS_SUCCESS) return "";
+      cudaGetLastError();  // a failed launch inside cuDNN must not surface at our next check
+      return cudnnGetErrorString(rc);
+    };
+    trials.settle = [&] {
       set_batch_descriptors(max_rows_);
       // Before the scratch workspace is freed: trials at other row counts may still run when one fails.
       LENET_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
-      if (!why.empty()) {
-        tried += name + why;
-        continue;
-      }
-      workspace = std::max(workspace, need);
-      algorithms_ += std::string(algorithms_.empty() ? "" : ", ") + what + " " + std::to_string(algo);
-      return algo;
+      scratch = DeviceBuffer<char>();
+    };
+    const model::ConvAlgoChoice choice = model::choose_conv_algo(candidates, rows, kMaxConvWorkspaceBytes, trials);
+    if (choice.algo < 0) {
+      throw CudaError(std::string("cuDNN offers no deterministic fp32 algorithm for ") + what + " on cuda:" +
+                      std::to_string(ctx_.device()) + " (" + choice.passed_over + ")");
     }
-    if (tried.empty()) tried = "its heuristic listed no deterministic non-tensor-op candidate";
-    throw CudaError(std::string("cuDNN offers no deterministic fp32 algorithm for ") + what + " on cuda:" +
-                    std::to_string(ctx_.device()) + " (" + tried + ")");
+    workspace = std::max(workspace, choice.workspace);
+    algorithms_ += std::string(algorithms_.empty() ? "" : ", ") + what + " " + std::to_string(choice.algo);
+    return choice.algo;
   };
 
   // One query per convolution and direction, at the largest row count, then pick() as above.
@@ -302,7 +276,7 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
     LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
     LENET_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, conv, y, kMaxAlgos, &returned, perf));
     return static_cast<cudnnConvolutionFwdAlgo_t>(
-        pick(what, fp32_deterministic(perf, returned), [&](int a, size_t* bytes) {
+        pick(what, model::fp32_deterministic(plain(perf, returned)), [&](int a, size_t* bytes) {
           return cudnnGetConvolutionForwardWorkspaceSize(h, x, w, conv, y, static_cast<cudnnConvolutionFwdAlgo_t>(a),
                                                          bytes);
         }, [&](int a, void* ws, size_t bytes) {
@@ -318,7 +292,7 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
     LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
     LENET_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, dy, conv, dw, kMaxAlgos, &returned, perf));
     return static_cast<cudnnConvolutionBwdFilterAlgo_t>(
-        pick(what, fp32_deterministic(perf, returned), [&](int a, size_t* bytes) {
+        pick(what, model::fp32_deterministic(plain(perf, returned)), [&](int a, size_t* bytes) {
           return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, dy, conv, dw,
                                                                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(a), bytes);
         }, [&](int a, void* ws, size_t bytes) {
@@ -334,7 +308,7 @@ void CudaLenet::choose_algorithms(const std::vector<int>& row_counts) {
     LENET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
     LENET_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, dy, conv, dx, kMaxAlgos, &returned, perf));
     return static_cast<cudnnConvolutionBwdDataAlgo_t>(
-        pick(what, fp32_deterministic(perf, returned), [&](int a, size_t* bytes) {
+        pick(what, model::fp32_deterministic(plain(perf, returned)), [&](int a, size_t* bytes) {
           return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, dy, conv, dx,
                                                               static_cast<cudnnConvolutionBwdDataAlgo_t>(a), bytes);
         }, [&](int a, void* ws, size_t bytes) {
