@@ -49,6 +49,24 @@ double union_seconds(std::vector<Interval> intervals) {
   return busy_and_idle(std::move(intervals)).busy_seconds;
 }
 
+JoinedLaunches join_launches(const std::vector<std::pair<uint32_t, LaunchedKernel>>& kernels,
+                             const std::unordered_map<uint32_t, uint64_t>& api_start) {
+  JoinedLaunches out;
+  for (const auto& [correlation, kernel] : kernels) {
+    LaunchedKernel k = kernel;
+    if (k.graph == 0) {
+      const auto api = api_start.find(correlation);
+      if (api == api_start.end()) {
+        ++out.unplaced;
+        continue;
+      }
+      k.launched = api->second;
+    }
+    out.launched.push_back(k);
+  }
+  return out;
+}
+
 std::vector<BusyIdle> per_step_busy_idle(const std::vector<LaunchedKernel>& kernels,
                                          const std::vector<uint64_t>& step_starts) {
   std::vector<std::vector<Interval>> by_step(step_starts.size());

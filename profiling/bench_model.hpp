@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +36,17 @@ struct LaunchedKernel {
   uint32_t graph = 0;  // 0: launched directly
   uint64_t graph_node = 0;
 };
+
+// CUPTI's kernel records with their correlation ids, joined to the start of the runtime or driver call
+// with the same id (`api_start`, id -> start) into `launched`. A graph's kernels are kept as they are
+// (they are placed by node, below); a kernel outside graphs whose call CUPTI did not record is left out
+// and counted in `unplaced`.
+struct JoinedLaunches {
+  std::vector<LaunchedKernel> launched;
+  size_t unplaced = 0;
+};
+JoinedLaunches join_launches(const std::vector<std::pair<uint32_t, LaunchedKernel>>& kernels,
+                             const std::unordered_map<uint32_t, uint64_t>& api_start);
 
 // Busy and idle time per training step. A kernel launched directly belongs to the step during whose
 // host call it was launched (step k's call starts at step_starts[k], on CUPTI's clock); kernels launched

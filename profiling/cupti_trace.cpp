@@ -166,17 +166,9 @@ Activity CuptiTrace::stop() {
   check(cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped), "cuptiActivityGetNumDroppedRecords");
   std::lock_guard<std::mutex> lock(g_mutex);
   g_activity.dropped_records = dropped;
-  for (auto& [correlation, kernel] : g_kernel_correlation) {
-    if (kernel.graph == 0) {  // a graph's kernels are placed by node, not by their launch (bench_model.hpp)
-      const auto api = g_api_start.find(correlation);
-      if (api == g_api_start.end()) {
-        ++g_activity.unplaced_kernels;
-        continue;
-      }
-      kernel.launched = api->second;
-    }
-    g_activity.launched.push_back(kernel);
-  }
+  JoinedLaunches joined = join_launches(g_kernel_correlation, g_api_start);
+  g_activity.launched = std::move(joined.launched);
+  g_activity.unplaced_kernels = joined.unplaced;
   return std::move(g_activity);
 }
 

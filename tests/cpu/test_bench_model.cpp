@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 #include <tuple>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -59,6 +61,25 @@ TEST(BenchModel, UnionOfIntervalsOnAnyDevice) {
   // then [30,40] on device 2 after a gap. busy_and_idle, per device, would give 35 ns.
   EXPECT_NEAR(union_seconds({{5, 20, 1}, {30, 40, 2}, {0, 10, 0}}), 30e-9, 1e-18);
   EXPECT_EQ(union_seconds({}), 0.0);
+}
+
+TEST(BenchModel, KernelsAreJoinedToTheirLaunchCallByCorrelationId) {
+  const std::vector<std::pair<uint32_t, LaunchedKernel>> kernels = {
+      {4, {{10, 20, 0}, 0, 0, 0}},     // launched directly by call 4
+      {5, {{30, 40, 1}, 0, 0, 0}},     // call 5 was not recorded
+      {8, {{50, 60, 0}, 77, 3, 12}},   // graph 3's node 12: kept as is, whatever id it has
+      {2, {{70, 80, 1}, 0, 0, 0}}};    // call 2
+  const std::unordered_map<uint32_t, uint64_t> api_start = {{2, 65}, {4, 7}, {8, 45}};
+  const JoinedLaunches j = join_launches(kernels, api_start);
+  EXPECT_EQ(j.unplaced, 1u);
+  ASSERT_EQ(j.launched.size(), 3u);
+  EXPECT_EQ(j.launched[0].run.start, 10u);
+  EXPECT_EQ(j.launched[0].launched, 7u);
+  EXPECT_EQ(j.launched[1].launched, 77u) << "a graph kernel's launch time is not looked up";
+  EXPECT_EQ(j.launched[1].graph, 3u);
+  EXPECT_EQ(j.launched[1].graph_node, 12u);
+  EXPECT_EQ(j.launched[2].run.device, 1u);
+  EXPECT_EQ(j.launched[2].launched, 65u);
 }
 
 TEST(BenchModel, KernelsGoToTheStepThatLaunchedThem) {
