@@ -81,9 +81,8 @@ std::unique_ptr<Backend> make_cuda_backend(const CliOptions& o, const CudaProbe&
                                            const std::vector<float>& start, std::ostream& notice) {
   const int visible = probe.devices;
   const int num_gpus = o.num_gpus.value_or(visible);
-  if (num_gpus > visible) {
-    throw UsageError("--num-gpus " + std::to_string(num_gpus) + ": only " + std::to_string(visible) + " GPU" +
-                     (visible == 1 ? " is" : "s are") + " visible; use --replicas " + std::to_string(num_gpus) +
+  if (const std::string error = num_gpus_error(num_gpus, visible); !error.empty()) {
+    throw UsageError(error + "; use --replicas " + std::to_string(num_gpus) +
                      " to place several replicas on the visible GPUs");
   }
   const int replicas = o.replicas.value_or(num_gpus);

@@ -50,6 +50,12 @@ CudaPlacement place(int num_gpus, int replicas, size_t train_examples, size_t te
           minibatch_sizes(test_examples, batch_size)};
 }
 
+std::string num_gpus_error(int num_gpus, int visible) {
+  if (num_gpus <= visible) return "";
+  return "--num-gpus " + std::to_string(num_gpus) + ": only " + std::to_string(visible) + " GPU" +
+         (visible == 1 ? " is" : "s are") + " visible";
+}
+
 RingSchedule::RingSchedule(int replicas, size_t length) : replicas_(replicas), length_(length) {
   if (replicas < 1) throw std::invalid_argument("RingSchedule: replicas " + std::to_string(replicas));
   const size_t r = static_cast<size_t>(replicas);

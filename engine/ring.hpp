@@ -4,6 +4,7 @@
 // (enqueue_ring) as peer copies and add kernels ordered by events (cuda_ring.hpp).
 #pragma once
 #include <cstddef>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -42,6 +43,10 @@ struct CudaPlacement {
 // `test_examples` in minibatches of `batch_size`. GPUs past the replica count are left out (no context,
 // no workspace, no peer access): `--replicas 1` on an 8-GPU node opens one GPU, not eight.
 CudaPlacement place(int num_gpus, int replicas, size_t train_examples, size_t test_examples, int batch_size);
+
+// "" when GPUs 0..num_gpus-1 are among the `visible` ones, else the error naming --num-gpus, for
+// lenet-train and lenet-bench alike.
+std::string num_gpus_error(int num_gpus, int visible);
 
 struct ChunkRange {
   size_t offset = 0;

@@ -564,8 +564,8 @@ int main(int argc, char** argv) {
       return 2;
     }
     const int num_gpus = o.num_gpus > 0 ? o.num_gpus : std::max(1, probe.devices);
-    if (wants_gpu && num_gpus > probe.devices) {
-      say("--num-gpus " + std::to_string(num_gpus) + ": only " + std::to_string(probe.devices) + " visible");
+    if (const std::string error = engine::num_gpus_error(num_gpus, probe.devices); wants_gpu && !error.empty()) {
+      say(error);
       return 2;
     }
     // What could fail after the benchmark's minutes fails now: the output folders, a named pipe with no

@@ -83,6 +83,13 @@ TEST(CudaPlacement, ReplicasGoRoundTheGpusTheyUseAndNoOthers) {
   EXPECT_THROW(engine::place(1, 1, 100, 10, 0), std::invalid_argument);
 }
 
+TEST(CudaPlacement, AskingForMoreGpusThanAreVisibleNamesTheFlagAndTheCount) {
+  EXPECT_EQ(engine::num_gpus_error(2, 2), "");
+  EXPECT_EQ(engine::num_gpus_error(1, 8), "");
+  EXPECT_EQ(engine::num_gpus_error(3, 2), "--num-gpus 3: only 2 GPUs are visible");
+  EXPECT_EQ(engine::num_gpus_error(2, 1), "--num-gpus 2: only 1 GPU is visible");
+}
+
 TEST(StagingSlots, StepParametersCarryRowsAndTheSgdScale) {
   const engine::StepParams p = engine::step_params(32, 96, 0.2f);
   EXPECT_EQ(p.rows, 32);
