@@ -220,11 +220,11 @@ void CudaGraphBackend::enqueue_step(int slot) {
 void CudaGraphBackend::train_step(const io::Split& data, const uint32_t* idx, int rows, float lr) {
   const std::vector<RowRange> split = split_rows(rows, static_cast<int>(replicas_.size()));
   for (size_t r = 0; r < replicas_.size(); ++r) {
-    if (split[r].rows > replicas_[r]->capacity) {
+    if (const int capacity = replicas_[r]->capacity; split[r].rows > capacity) {
       throw std::invalid_argument("CudaGraphBackend: replica " + std::to_string(r) + "'s share of a minibatch of " +
                                   std::to_string(rows) + " rows, " + std::to_string(split[r].rows) +
-                                  ", is more than the " + std::to_string(replicas_[r]->capacity) +
-                                  " rows its graphs were captured for");
+                                  ", is more than the " + std::to_string(capacity) +
+                                  (capacity == 1 ? " row" : " rows") + " its graphs were captured for");
     }
   }
   // The operations that enqueue_staging and enqueue_replay (engine/staging.hpp) put in order.
