@@ -41,8 +41,13 @@ def usage_error(what):
     sys.exit(2)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own is the usage text and then the error: two lines
+        usage_error(f"{message} (see --help)")
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("programs", nargs="+", metavar="LABEL=PROGRAM")
     args = ap.parse_args()

@@ -54,7 +54,11 @@ class Startup(unittest.TestCase):
         not_a_program = ": expected LABEL=PROGRAM, an executable file\n"
         for args, said in [(["x"], "startup.py: x" + not_a_program),
                            (["a=/nonexistent"], "startup.py: a=/nonexistent" + not_a_program),
-                           (["--runs", "0", "a=/bin/true"], "startup.py: --runs: must be at least 1\n")]:
+                           (["--runs", "0", "a=/bin/true"], "startup.py: --runs: must be at least 1\n"),
+                           (["--runs", "x", "a=/bin/true"],
+                            "startup.py: argument --runs: invalid int value: 'x' (see --help)\n"),
+                           ([], "startup.py: the following arguments are required: LABEL=PROGRAM (see --help)\n"),
+                           (["--run", "2", "a=/bin/true"], "startup.py: unrecognized arguments: --run (see --help)\n")]:
             r = startup(*args)
             self.assertEqual((r.returncode, r.stderr, r.stdout), (2, said, ""), args)
 
