@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <random>
@@ -304,6 +305,36 @@ TEST_F(IdxFiles, GzipTrailerSizesTheBufferButNeverTheData) {
     EXPECT_CONTAINS(msg, path);
     EXPECT_CONTAINS(msg, "corrupt gzip data");
   }
+}
+
+// The kernel's peak resident set of this process (VmHWM) in bytes, and its reset to the present size.
+size_t peak_resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;  // "VmHWM:  1234 kB"
+  ADD_FAILURE() << "no VmHWM in /proc/self/status";
+  return 0;
+}
+void reset_peak_resident() {  // "5" resets VmHWM (proc(5), /proc/pid/clear_refs, Linux 4.0 on)
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5" << std::flush;
+  ASSERT_TRUE(clear.good()) << "cannot write /proc/self/clear_refs";
+}
+
+// The trailer's size is taken only once the stream has filled its first MiB: a short file of junk behind
+// a gzip header that claims 4 GiB is refused without first allocating (and zeroing) the 256 MiB bound.
+TEST_F(IdxFiles, GzipTrailerIsTrustedOnlyOnceTheStreamHasFilledItsFirstMiB) {
+  if (!lenet::io::gzip_supported()) GTEST_SKIP() << "built without zlib";
+  Bytes junk = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};  // a gzip header, deflate, no flags
+  std::mt19937 rng(7);
+  while (junk.size() < (size_t{256} << 10)) junk.push_back(static_cast<uint8_t>(rng()));
+  for (int i = 0; i < 4; ++i) junk.push_back(0xff);  // ISIZE 2^32 - 1
+  const std::string path = write_raw("junk.gz", junk);
+  reset_peak_resident();
+  const size_t before = peak_resident_bytes();
+  EXPECT_CONTAINS(data_error_of([&] { lenet::io::read_idx_images(path); }), "corrupt gzip data");
+  const size_t grew = peak_resident_bytes() - before;
+  EXPECT_LT(grew, size_t{32} << 20) << "the peak resident set grew by " << (grew >> 20) << " MiB";
 }
 
 TEST_F(IdxFiles, JunkAfterGzipStreamIsRejected) {
