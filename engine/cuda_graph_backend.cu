@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "engine/cuda_ring.hpp"
+#include "engine/lent_block.hpp"
 #include "io/pinned.hpp"
 #include "model/cuda_kernels.hpp"
 #include "model/cuda_lenet.hpp"
@@ -21,22 +22,17 @@ using cuda::DeviceGuard;
 using cuda::Event;
 using cuda::Stream;
 
-// Thrust's temporary storage, allocated once per replica: the evaluation's reduction then allocates
-// nothing. A request larger than the block is a programming error, reported as such.
+// Thrust's temporary storage, allocated once per replica and lent through engine/lent_block.hpp: the
+// evaluation's reduction (one temporary array per thrust::reduce) then allocates nothing.
 class PreallocatedTemp {
  public:
   using value_type = char;
-  explicit PreallocatedTemp(DeviceBuffer<char>& block) : block_(&block) {}
-  char* allocate(std::ptrdiff_t bytes) {
-    if (static_cast<size_t>(bytes) > block_->size())
-      throw cuda::CudaError("Thrust asked for " + std::to_string(bytes) + " bytes of temporary storage, more than the " +
-                            std::to_string(block_->size()) + " allocated");
-    return block_->get();
-  }
-  void deallocate(char*, size_t) {}
+  explicit PreallocatedTemp(LentBlock& block) : block_(&block) {}
+  char* allocate(std::ptrdiff_t bytes) { return block_->lend(static_cast<size_t>(bytes)); }
+  void deallocate(char*, size_t) noexcept { block_->give_back(); }
 
  private:
-  DeviceBuffer<char>* block_;
+  LentBlock* block_;
 };
 
 constexpr size_t kThrustTempBytes = size_t{1} << 20;
@@ -342,7 +338,8 @@ int64_t CudaGraphBackend::count_correct(const io::Split& data, int /*batch_size*
   for (auto& rep : replicas_) {
     if (rep->test_rows == 0) continue;
     DeviceGuard guard(rep->device);
-    PreallocatedTemp temp(rep->thrust_temp);
+    LentBlock block(rep->thrust_temp.get(), rep->thrust_temp.bytes());
+    PreallocatedTemp temp(block);
     // One host read per replica and evaluation: thrust::reduce returns its sum to the host.
     correct += thrust::reduce(thrust::cuda::par_nosync(temp).on(rep->compute.get()), rep->test_correct.get(),
                               rep->test_correct.get() + rep->test_rows, int64_t{0});

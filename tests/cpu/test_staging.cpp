@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "engine/lent_block.hpp"
 #include "engine/ring.hpp"
 #include "engine/staging.hpp"
 #include "model/cpu_lenet.hpp"
@@ -88,6 +90,30 @@ TEST(CudaPlacement, AskingForMoreGpusThanAreVisibleNamesTheFlagAndTheCount) {
   EXPECT_EQ(engine::num_gpus_error(1, 8), "");
   EXPECT_EQ(engine::num_gpus_error(3, 2), "--num-gpus 3: only 2 GPUs are visible");
   EXPECT_EQ(engine::num_gpus_error(2, 1), "--num-gpus 2: only 1 GPU is visible");
+}
+
+TEST(LentBlock, LendsItsMemoryToOneRequestAtATimeAndNeverMoreThanItHas) {
+  char memory[64];
+  engine::LentBlock block(memory, sizeof memory);
+  EXPECT_EQ(block.lend(64), memory);
+  EXPECT_TRUE(block.lent());
+  try {
+    block.lend(1);
+    FAIL() << "a second request got the block while it was lent";
+  } catch (const std::logic_error& e) {
+    EXPECT_STREQ(e.what(), "a second request for the preallocated block while it is lent");
+  }
+  block.give_back();
+  EXPECT_FALSE(block.lent());
+  EXPECT_EQ(block.lend(0), memory);
+  block.give_back();
+  try {
+    block.lend(65);
+    FAIL() << "a request larger than the block was granted";
+  } catch (const std::logic_error& e) {
+    EXPECT_STREQ(e.what(), "a request for 65 bytes of the preallocated block of 64");
+  }
+  EXPECT_FALSE(block.lent()) << "a refused request leaves the block free";
 }
 
 TEST(StagingSlots, StepParametersCarryRowsAndTheSgdScale) {
