@@ -338,7 +338,7 @@ int64_t CudaGraphBackend::count_correct(const io::Split& data, int /*batch_size*
   for (auto& rep : replicas_) {
     if (rep->test_rows == 0) continue;
     DeviceGuard guard(rep->device);
-    LentBlock block(rep->thrust_temp.get(), rep->thrust_temp.bytes());
+    LentBlock block("Thrust's temporary storage", rep->thrust_temp.get(), rep->thrust_temp.bytes());
     PreallocatedTemp temp(block);
     // One host read per replica and evaluation: thrust::reduce returns its sum to the host.
     correct += thrust::reduce(thrust::cuda::par_nosync(temp).on(rep->compute.get()), rep->test_correct.get(),

@@ -7,17 +7,19 @@
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace lenet::engine {
 
 class LentBlock {
  public:
-  LentBlock(char* data, size_t bytes) : data_(data), bytes_(bytes) {}
+  // `what` names the block in errors.
+  LentBlock(std::string what, char* data, size_t bytes) : what_(std::move(what)), data_(data), bytes_(bytes) {}
   char* lend(size_t bytes) {
-    if (lent_) throw std::logic_error("a second request for the preallocated block while it is lent");
+    if (lent_) throw std::logic_error(what_ + ": a second request while the block is lent");
     if (bytes > bytes_) {
-      throw std::logic_error("a request for " + std::to_string(bytes) + " bytes of the preallocated block of " +
-                             std::to_string(bytes_));
+      throw std::logic_error(what_ + ": a request for " + std::to_string(bytes) + " bytes, more than the " +
+                             std::to_string(bytes_) + " allocated");
     }
     lent_ = true;
     return data_;
@@ -26,6 +28,7 @@ class LentBlock {
   bool lent() const { return lent_; }
 
  private:
+  std::string what_;
   char* data_;
   size_t bytes_;
   bool lent_ = false;

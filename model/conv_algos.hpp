@@ -47,7 +47,8 @@ struct ConvAlgoChoice {
 // The first candidate whose workspace query succeeds at every row count with at most `max_workspace`
 // bytes, whose scratch workspace can be reserved, and that then runs once at every row count: a
 // heuristic's list is not a promise that an algorithm runs under FMA math, so a failure is a skipped
-// candidate instead of a failed training step. settle() follows every candidate tried, chosen or not.
+// candidate instead of a failed training step. settle() follows every candidate tried, chosen or not,
+// unless a callback throws: the exception then leaves at once, and whoever owns the scratch frees it.
 ConvAlgoChoice choose_conv_algo(const std::vector<int>& candidates, const std::vector<int>& rows,
                                 size_t max_workspace, const ConvAlgoTrials& trials);
 

@@ -564,7 +564,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     const int num_gpus = o.num_gpus > 0 ? o.num_gpus : std::max(1, probe.devices);
-    if (const std::string error = engine::num_gpus_error(num_gpus, probe.devices); wants_gpu && !error.empty()) {
+    if (const std::string error = wants_gpu ? engine::num_gpus_error(num_gpus, probe.devices) : ""; !error.empty()) {
       say(error);
       return 2;
     }

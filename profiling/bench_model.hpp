@@ -40,7 +40,7 @@ struct LaunchedKernel {
 // CUPTI's kernel records with their correlation ids, joined to the start of the runtime or driver call
 // with the same id (`api_start`, id -> start) into `launched`. A graph's kernels are kept as they are
 // (they are placed by node, below); a kernel outside graphs whose call CUPTI did not record is left out
-// and counted in `unplaced`.
+// and counted in `unplaced`. The kernels keep their order.
 struct JoinedLaunches {
   std::vector<LaunchedKernel> launched;
   size_t unplaced = 0;

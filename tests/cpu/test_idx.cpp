@@ -315,10 +315,10 @@ size_t peak_resident_bytes() {
   ADD_FAILURE() << "no VmHWM in /proc/self/status";
   return 0;
 }
-void reset_peak_resident() {  // "5" resets VmHWM (proc(5), /proc/pid/clear_refs, Linux 4.0 on)
+bool reset_peak_resident() {  // "5" resets VmHWM (proc(5), /proc/pid/clear_refs, Linux 4.0 on)
   std::ofstream clear("/proc/self/clear_refs");
   clear << "5" << std::flush;
-  ASSERT_TRUE(clear.good()) << "cannot write /proc/self/clear_refs";
+  return clear.good();
 }
 
 // The trailer's size is taken only once the stream has filled its first MiB: a short file of junk behind
@@ -330,11 +330,13 @@ TEST_F(IdxFiles, GzipTrailerIsTrustedOnlyOnceTheStreamHasFilledItsFirstMiB) {
   while (junk.size() < (size_t{256} << 10)) junk.push_back(static_cast<uint8_t>(rng()));
   for (int i = 0; i < 4; ++i) junk.push_back(0xff);  // ISIZE 2^32 - 1
   const std::string path = write_raw("junk.gz", junk);
-  reset_peak_resident();
+  // Without the reset (a kernel or sandbox without clear_refs) an earlier test's peak could hide the growth.
+  if (!reset_peak_resident()) GTEST_SKIP() << "/proc/self/clear_refs cannot be written here";
   const size_t before = peak_resident_bytes();
   EXPECT_CONTAINS(data_error_of([&] { lenet::io::read_idx_images(path); }), "corrupt gzip data");
   const size_t grew = peak_resident_bytes() - before;
-  EXPECT_LT(grew, size_t{32} << 20) << "the peak resident set grew by " << (grew >> 20) << " MiB";
+  // Far below the 256 MiB the bound would take, and above the kernel's approximate per-CPU RSS counting.
+  EXPECT_LT(grew, size_t{128} << 20) << "the peak resident set grew by " << (grew >> 20) << " MiB";
 }
 
 TEST_F(IdxFiles, JunkAfterGzipStreamIsRejected) {

@@ -94,14 +94,14 @@ TEST(CudaPlacement, AskingForMoreGpusThanAreVisibleNamesTheFlagAndTheCount) {
 
 TEST(LentBlock, LendsItsMemoryToOneRequestAtATimeAndNeverMoreThanItHas) {
   char memory[64];
-  engine::LentBlock block(memory, sizeof memory);
+  engine::LentBlock block("the block", memory, sizeof memory);
   EXPECT_EQ(block.lend(64), memory);
   EXPECT_TRUE(block.lent());
   try {
     block.lend(1);
     FAIL() << "a second request got the block while it was lent";
   } catch (const std::logic_error& e) {
-    EXPECT_STREQ(e.what(), "a second request for the preallocated block while it is lent");
+    EXPECT_STREQ(e.what(), "the block: a second request while the block is lent");
   }
   block.give_back();
   EXPECT_FALSE(block.lent());
@@ -111,7 +111,7 @@ TEST(LentBlock, LendsItsMemoryToOneRequestAtATimeAndNeverMoreThanItHas) {
     block.lend(65);
     FAIL() << "a request larger than the block was granted";
   } catch (const std::logic_error& e) {
-    EXPECT_STREQ(e.what(), "a request for 65 bytes of the preallocated block of 64");
+    EXPECT_STREQ(e.what(), "the block: a request for 65 bytes, more than the 64 allocated");
   }
   EXPECT_FALSE(block.lent()) << "a refused request leaves the block free";
 }
