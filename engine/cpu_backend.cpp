@@ -11,6 +11,7 @@
 #endif
 
 #include "model/gemm.hpp"
+#include "model/lenet.hpp"
 #include "profiling/nvtx.hpp"
 
 namespace lenet::engine {
@@ -122,7 +123,7 @@ void CpuBackend::train_step(const io::Split& data, const uint32_t* idx, int rows
   }
   {
     profiling::Range range("update");
-    const float scale = lr / static_cast<float>(rows);
+    const float scale = model::sgd_scale(lr, rows);
     for (Replica& rep : replicas_) model::sgd_update(rep.params.data(), rep.grads.data(), model::kNumParameters, scale);
   }
 }

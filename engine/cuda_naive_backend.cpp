@@ -4,6 +4,7 @@
 
 #include "engine/cuda_ring.hpp"
 #include "engine/ring.hpp"
+#include "model/lenet.hpp"
 #include "model/cuda_kernels.hpp"
 #include "profiling/nvtx.hpp"
 
@@ -100,7 +101,7 @@ void CudaNaiveBackend::train_step(const io::Split& data, const uint32_t* idx, in
   }
   {
     profiling::Range range("update");
-    const float scale = lr / static_cast<float>(rows);
+    const float scale = model::sgd_scale(lr, rows);
     for (auto& rep : replicas_) {
       DeviceGuard guard(rep->device());
       cuda::launch_sgd_update(rep->params(), rep->grads(), model::kNumParameters, scale, nullptr);

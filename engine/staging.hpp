@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <stdexcept>
 
+#include "model/lenet.hpp"
+
 namespace lenet::engine {
 
 class StagingSlots {
@@ -100,7 +102,7 @@ struct StepParams {
 
 inline StepParams step_params(int replica_rows, int minibatch_rows, float lr) {
   if (minibatch_rows < 1) throw std::invalid_argument("step_params: empty minibatch");
-  return {replica_rows, lr / static_cast<float>(minibatch_rows)};
+  return {replica_rows, model::sgd_scale(lr, minibatch_rows)};
 }
 
 }  // namespace lenet::engine

@@ -58,6 +58,10 @@ std::vector<T> init_parameters(uint64_t seed);
 template <typename T>
 void sgd_update(T* w, const T* g, size_t n, T lr_over_batch);
 
+// lr_over_batch for a minibatch of `rows` examples: one float division that every backend and mode
+// takes from here, so that their updates scale the summed gradients by the same bits.
+inline float sgd_scale(float lr, int rows) { return lr / static_cast<float>(rows); }
+
 // Floating-point operations of one training step on `rows` examples (forward and backward, counting a
 // multiply-add as two), and of a forward pass alone: the arithmetic floor the benchmarks compare with.
 double train_flops_per_example();
