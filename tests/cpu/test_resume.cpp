@@ -344,6 +344,7 @@ TEST(Diverging, StepTrackerKeepsTheFirstNonFiniteStep) {
   EXPECT_EQ(model::earlier_bad_step(-1, 4), 4);
   EXPECT_EQ(model::earlier_bad_step(4, -1), 4);
   EXPECT_EQ(model::earlier_bad_step(7, 2), 2);
+  EXPECT_EQ(model::earlier_bad_step(2, 7), 2);  // the order replicas are folded in does not matter
 }
 
 }  // namespace
