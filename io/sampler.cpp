@@ -16,7 +16,7 @@ constexpr uint64_t kFirstShuffleStream = 1;
 EpochSampler::EpochSampler(size_t num_examples, size_t batch_size, uint64_t seed, bool shuffle)
     : n_(num_examples), batch_(batch_size), seed_(seed), shuffle_(shuffle) {
   if (batch_size == 0) throw std::invalid_argument("EpochSampler: batch size 0");
-  if (num_examples > UINT32_MAX) throw std::invalid_argument("EpochSampler: more than 2^32 examples");
+  if (num_examples > UINT32_MAX) throw std::invalid_argument("EpochSampler: more than 2^32 - 1 examples (the indices are 32-bit)");
 }
 
 BatchRange EpochSampler::batch(size_t b) const {

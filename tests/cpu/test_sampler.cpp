@@ -122,6 +122,17 @@ TEST(EpochSampler, BatchLargerThanSetGivesOneBatch) {
   EXPECT_EQ(s.batch(0).rows, 100u);
 }
 
+// The indices are uint32_t; the constructor allocates nothing, so both sides of the bound are cheap.
+TEST(EpochSampler, TakesAtMost2To32Minus1Examples) {
+  EXPECT_NO_THROW(EpochSampler(UINT32_MAX, 256, 1, true));
+  try {
+    EpochSampler(size_t{UINT32_MAX} + 1, 256, 1, true);
+    FAIL() << "2^32 examples were accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "EpochSampler: more than 2^32 - 1 examples (the indices are 32-bit)");
+  }
+}
+
 TEST(EpochSampler, RejectsZeroBatchSize) { EXPECT_THROW(EpochSampler(10, 0, 1, true), std::invalid_argument); }
 
 TEST(EpochSampler, AllPermutationsOfThreeAreEquallyLikely) {
