@@ -54,6 +54,16 @@ TEST(BenchModel, BusyAndIdleFromKernelIntervals) {
   const BusyIdle nested = busy_and_idle({{0, 100, 0}, {10, 20, 0}});
   EXPECT_NEAR(nested.busy_seconds, 100e-9, 1e-18);
   EXPECT_EQ(nested.idle_seconds, 0.0);
+  // A gap of 1 ns is idle, not merged into the run before it.
+  const BusyIdle gap1 = busy_and_idle({{11, 20, 0}, {0, 10, 0}});
+  EXPECT_NEAR(gap1.busy_seconds, 19e-9, 1e-18);
+  EXPECT_NEAR(gap1.idle_seconds, 1e-9, 1e-18);
+  // Two devices whose kernels interleave in time: each device's span and gaps are its own (device 0:
+  // busy 20 of [0,40]; device 1: busy 25 of [5,45]), whatever the other device runs meanwhile.
+  const BusyIdle two = busy_and_idle({{30, 40, 0}, {5, 20, 1}, {0, 10, 0}, {35, 45, 1}});
+  EXPECT_NEAR(two.kernel_seconds, 45e-9, 1e-18);
+  EXPECT_NEAR(two.busy_seconds, 45e-9, 1e-18);
+  EXPECT_NEAR(two.idle_seconds, (20 + 15) * 1e-9, 1e-18);
 }
 
 TEST(BenchModel, UnionOfIntervalsOnAnyDevice) {
@@ -126,6 +136,31 @@ TEST(BenchModel, GraphKernelsGoToTheReplaysInTheirOrder) {
   EXPECT_THROW(per_step_busy_idle(missing, {0, 100, 200, 300}), std::runtime_error);
 }
 
+TEST(BenchModel, GraphReplaysRankByFirstStartAndNodesAgreeWithinTheirGraph) {
+  auto graph_kernel = [](uint64_t start, uint64_t end, uint32_t graph, uint64_t node) {
+    return LaunchedKernel{{start, end, 0}, 0, graph, node};
+  };
+  // Graph 9's replay (another stream) starts after graph 7's and ends before it: graph 7's is step 0.
+  const std::vector<BusyIdle> nested =
+      per_step_busy_idle({graph_kernel(50, 60, 9, 3), graph_kernel(0, 100, 7, 1)}, {0, 100});
+  ASSERT_EQ(nested.size(), 2u);
+  EXPECT_NEAR(nested[0].busy_seconds, 100e-9, 1e-18);
+  EXPECT_NEAR(nested[1].busy_seconds, 10e-9, 1e-18);
+  // Graphs replayed unequally often (graph 7 three times, graph 9 once): every node of a graph ran as
+  // often as the graph's others, which is all that is asked.
+  const std::vector<BusyIdle> uneven = per_step_busy_idle(
+      {graph_kernel(0, 1, 7, 1), graph_kernel(2, 3, 7, 2), graph_kernel(10, 11, 7, 1), graph_kernel(12, 13, 7, 2),
+       graph_kernel(20, 21, 9, 3), graph_kernel(30, 31, 7, 1), graph_kernel(32, 33, 7, 2)},
+      {0, 100, 200, 300});
+  ASSERT_EQ(uneven.size(), 4u);
+  const double busy[] = {2, 2, 1, 2};
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(uneven[i].busy_seconds, busy[i] * 1e-9, 1e-18) << "step " << i;
+  // A node that ran more often than its graph's first node (an extra run of node 2, not one missed).
+  EXPECT_THROW(per_step_busy_idle({graph_kernel(0, 1, 7, 1), graph_kernel(2, 3, 7, 2), graph_kernel(12, 13, 7, 2)},
+                                  {0, 100}),
+               std::runtime_error);
+}
+
 TEST(BenchModel, PeakAndProjection) {
   EXPECT_EQ(fp32_lanes_per_sm(9, 0), 128);
   EXPECT_EQ(fp32_lanes_per_sm(6, 0), 64);   // P100
@@ -136,6 +171,8 @@ TEST(BenchModel, PeakAndProjection) {
   EXPECT_EQ(fp32_lanes_per_sm(7, 5), 64);   // Turing
   EXPECT_EQ(fp32_lanes_per_sm(6, 1), 128);  // consumer Pascal
   EXPECT_EQ(fp32_lanes_per_sm(3, 0), 0);
+  EXPECT_EQ(fp32_lanes_per_sm(10, 0), 128);  // B200
+  EXPECT_EQ(fp32_lanes_per_sm(12, 0), 128);  // RTX 50
   EXPECT_NEAR(peak_fp32_flops(132, 128, 1.98e9), 66.9e12, 0.1e12);  // H200 SXM: 67 TFLOP/s FP32
   EXPECT_EQ(ring_allreduce_seconds(1, 1e6, 1e-6, 1e9), 0.0);
   EXPECT_DOUBLE_EQ(ring_allreduce_seconds(4, 1e6, 1e-6, 1e9), 6e-6 + 1.5e-3);
@@ -212,7 +249,12 @@ TEST(BenchModel, JsonRoundTripAndMarkdown) {
            {"mode", "", "\"mode\" is \"\", not a name on one line"},
            {"seconds_per_epoch", 0, "\"seconds_per_epoch\" is 0, not a measurement"},
            {"examples_per_second", 0, "\"examples_per_second\" is 0, not a measurement"},
-           {"examples_per_second", 99999, "\"examples_per_second\" is 99999, not \"train_examples\" over \"seconds_per_epoch\" ("}}) {
+           {"examples_per_second", 99999,
+            "\"examples_per_second\" is 99999, not \"train_examples\" over \"seconds_per_epoch\" ("},
+           // 2 % off
+           {"examples_per_second", 122400, "\"examples_per_second\" is 122400, not \"train_examples\" over"},
+           {"batch_size", 0, "\"batch_size\" is 0, not an integer from 1 to"},
+           {"test_acc_per_epoch", {1.5, 0.6, 0.83}, "\"test_acc_per_epoch\" is 1.5, not a number from 0 to 1"}}) {
     nlohmann::json bad = to_json(b);
     bad[key] = value;
     try {
@@ -222,6 +264,19 @@ TEST(BenchModel, JsonRoundTripAndMarkdown) {
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
     }
   }
+  // The ends of the fields' ranges are values, as is a rate within 1 %; a row from before
+  // "train_examples" is not held to a rate it cannot be checked against.
+  nlohmann::json edge = to_json(b);
+  edge["replicas"] = 64;
+  edge["devices"] = std::vector<std::string>(64, "cuda:0");
+  edge["test_acc"] = 1.0;
+  edge["test_acc_per_epoch"] = {0.1, 0.6, 1.0};
+  edge["examples_per_second"] = 120000 * 1.005;
+  EXPECT_EQ(row_from_json(edge).replicas, 64);
+  nlohmann::json old = to_json(b);
+  old.erase("train_examples");
+  old["examples_per_second"] = 99999;
+  EXPECT_EQ(row_from_json(old).train_examples, 0);
   const std::string md = markdown_table({a, b}, "naive R=1");
   EXPECT_NE(md.find("| naive R=1 | 2.000 | - |"), std::string::npos) << md;  // no spread: one epoch timed
   EXPECT_NE(md.find("| graph R=2 | 0.500 | 2.0% |"), std::string::npos) << md;  // 0.49 and 0.51: ±0.01 of 0.5
@@ -236,6 +291,12 @@ TEST(BenchModel, JsonRoundTripAndMarkdown) {
   const std::string md3 = markdown_table({sample_row("zero", 0.0), a}, "zero");
   EXPECT_EQ(md3.find("inf"), std::string::npos) << md3;
   EXPECT_NE(md3.find("| 0.8300 | - |"), std::string::npos) << md3;
+  // The reference is found by name wherever it is; a row that took no time has no ratio; 1e12 takes the exponent.
+  const std::string md4 = markdown_table({b, a, sample_row("zero", 0.0), sample_row("tera", 1e12)}, "naive R=1");
+  EXPECT_NE(md4.find("| graph R=2 | 0.500 |"), std::string::npos) << md4;
+  EXPECT_NE(md4.find("| 0.8300 | 0.250 |\n| naive R=1 |"), std::string::npos) << md4;
+  EXPECT_NE(md4.find("| 0.8300 | 1.000 |\n| zero |"), std::string::npos) << md4;
+  EXPECT_NE(md4.find("| 0.8300 | - |\n| tera | 1.000e+12 |"), std::string::npos) << md4;
 }
 
 TEST(BenchModel, EpochSpreadIsHalfTheRangeOverTheMean) {
@@ -244,6 +305,7 @@ TEST(BenchModel, EpochSpreadIsHalfTheRangeOverTheMean) {
   EXPECT_DOUBLE_EQ(*epoch_spread({2.0, 2.0}), 0.0);
   EXPECT_DOUBLE_EQ(*epoch_spread({3.0, 1.0, 2.0}), 0.5);  // range 2, mean 2
   EXPECT_DOUBLE_EQ(*epoch_spread({1.0, 1.0, 4.0}), 0.75);  // range 3, mean 2
+  EXPECT_FALSE(epoch_spread({0.0, 0.0}).has_value());  // no time: no spread, not 0/0
 }
 
 TEST(BenchModel, PeerRowsOfOtherSettingsAreFlagged) {
@@ -256,6 +318,9 @@ TEST(BenchModel, PeerRowsOfOtherSettingsAreFlagged) {
   EXPECT_EQ(peer_mismatch(peer, 500, 64, 0.1),
             "Note: peer ran on 60000 training examples (this run: 500), used batch 256 (this run: 64) and used lr 0.2 "
             "(this run: 0.1): its numbers do not compare with the others.\n");
+  EXPECT_EQ(peer_mismatch(peer, 70000, 256, 0.2),  // a smaller training set than this run's, too
+            "Note: peer ran on 60000 training examples (this run: 70000): its numbers do not compare with the "
+            "others.\n");
   peer.train_examples = 0;  // a row from before the field existed
   EXPECT_EQ(peer_mismatch(peer, 60000, 256, 0.2),
             "Note: peer does not record its training-set size (this run: 60000): its numbers do not compare with the "

@@ -759,21 +759,23 @@ TEST_F(CheckpointFiles, SaveRejectsWrongParameterCountAndUnresumableStateWriting
   EXPECT_CONTAINS(error, path_);
   EXPECT_CONTAINS(error, std::to_string(kNumParameters));
   const std::vector<std::pair<std::string, std::function<void(TrainingState&)>>> bad = {
-      {"epochs", [](TrainingState& s) { s.epochs = 0; }},
-      {"epoch", [](TrainingState& s) { s.epoch = s.epochs + 1; }},
-      {"epoch", [](TrainingState& s) { s.epoch = -1; }},
+      {"epochs is 0", [](TrainingState& s) { s.epochs = 0; }},
+      // Zero epochs is refused for itself, not only because step and epoch cannot fit it.
+      {"epochs is 0", [](TrainingState& s) { s.epochs = s.epoch = 0, s.step = 0, s.epoch_so_far = {}; }},
+      {"epoch is 11", [](TrainingState& s) { s.epoch = s.epochs + 1; }},
+      {"epoch is -1", [](TrainingState& s) { s.epoch = -1; }},
       {"lr", [](TrainingState& s) { s.lr = std::nan(""); }},
       {"lr", [](TrainingState& s) { s.lr = -0.1; }},
       {"lr", [](TrainingState& s) { s.lr = 1e-300; }},  // 0 as float32: would train nothing
       {"lr", [](TrainingState& s) { s.lr = DBL_MAX; }},  // infinite as float32
-      {"batch_size", [](TrainingState& s) { s.batch_size = 0; }},
+      {"batch_size is 0", [](TrainingState& s) { s.batch_size = 0; }},
       {"replicas", [](TrainingState& s) { s.replicas = 0; }},
       {"replicas", [](TrainingState& s) { s.replicas = s.batch_size + 1; }},
       {"train_examples", [](TrainingState& s) { s.train_examples = 0; }},
       {"epoch_loss_sum", [](TrainingState& s) { s.epoch_so_far.loss_sum = std::nan(""); }},
       {"epoch_loss_sum", [](TrainingState& s) { s.epoch_so_far.loss_sum = -1; }},
       {"epoch_seconds", [](TrainingState& s) { s.epoch_so_far.seconds = HUGE_VAL; }},
-      {"epoch_correct", [](TrainingState& s) { s.epoch_so_far.correct = s.train_examples + 1; }},
+      {"epoch_correct is", [](TrainingState& s) { s.epoch_so_far.correct = s.train_examples + 1; }},
       // The step count against the epochs and the training set's minibatches.
       {"step", [](TrainingState& s) { s.step = uint64_t(s.epoch) * kSampleBatches - 1; }},
       {"step", [](TrainingState& s) { s.step = uint64_t(s.epoch + 1) * kSampleBatches; }},
@@ -796,6 +798,14 @@ TEST_F(CheckpointFiles, SaveRejectsWrongParameterCountAndUnresumableStateWriting
     EXPECT_CONTAINS(save_error(path_, sample_parameters(), s), field) << " for " << field;
   }
   EXPECT_TRUE(folder_entries().empty());
+}
+
+// Every row of the steps so far predicted right is a state a run can be in: one step of 256 rows, 256 hits.
+TEST_F(CheckpointFiles, EveryRowOfTheEpochSoFarCorrectIsResumable) {
+  TrainingState s = sample_state();  // one step into epoch 5, minibatches of 256
+  s.epoch_so_far.correct = 256;
+  lenet::engine::save_checkpoint(path_, sample_parameters(), s);
+  expect_same_state(lenet::engine::load_checkpoint(path_).state, s);
 }
 
 // ---- loading: every corruption named ------------------------------------------------------------------
@@ -841,6 +851,26 @@ TEST_F(CheckpointFiles, AbsurdOrOverlongHeaderLengthIsRejected) {
   const uint64_t past_end = b.size() - 7;  // under the cap, one byte more than the file holds
   for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(past_end >> (8 * i));
   EXPECT_CONTAINS(rejection(b), "header length " + std::to_string(past_end) + " runs past the end of the file");
+}
+
+// The cap is the longest header allowed: a header of exactly kMaxCheckpointHeaderBytes (space padded)
+// loads, through load_checkpoint's read limit too; one byte more is absurd.
+TEST_F(CheckpointFiles, HeaderAsLongAsTheCapLoads) {
+  const Parts p = split(valid_bytes());
+  std::string text = p.header_text;
+  text.resize(lenet::engine::kMaxCheckpointHeaderBytes, ' ');
+  const Checkpoint c = lenet::engine::load_checkpoint(write_raw("padded.safetensors", join(text, p.data)));
+  expect_same_bits(c.parameters, sample_parameters());
+  expect_same_state(c.state, sample_state());
+  text.push_back(' ');
+  const Bytes over = join(text, p.data);
+  try {
+    lenet::engine::load_checkpoint_bytes(over.data(), over.size(), "x");
+    ADD_FAILURE() << "expected CheckpointError";
+  } catch (const CheckpointError& e) {
+    EXPECT_CONTAINS(e.what(),
+                    "header length " + std::to_string(lenet::engine::kMaxCheckpointHeaderBytes + 1) + " is absurd");
+  }
 }
 
 TEST_F(CheckpointFiles, HeaderThatIsNotJsonIsRejected) {
@@ -932,6 +962,29 @@ TEST_F(CheckpointFiles, GapInOffsetsIsRejected) {
       },
       [](Bytes& data) { data.insert(data.begin(), 8, 0); }));
   EXPECT_CONTAINS(first, "gap of 8 bytes between the start of the data and tensor 'conv1.weight'");
+}
+
+// safetensors' own writer orders the data by dtype and name (conv1.bias before conv1.weight), not in
+// flat-buffer order: any order that tiles the data section loads, each tensor from its own offsets.
+TEST_F(CheckpointFiles, TensorsStoredInAnotherOrderLoadIntoTheirPlaces) {
+  const Parts p = split(valid_bytes());
+  json header = json::parse(p.header_text);
+  std::vector<const lenet::model::TensorSpec*> order;
+  for (const auto& t : tensor_specs()) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) { return std::string(a->name) < b->name; });
+  Bytes data;
+  for (const auto* t : order) {
+    const uint64_t begin = data.size();
+    data.insert(data.end(), p.data.begin() + std::ptrdiff_t(4 * t->offset),
+                p.data.begin() + std::ptrdiff_t(4 * (t->offset + t->size)));
+    header[t->name]["data_offsets"] = {begin, uint64_t(data.size())};
+  }
+  ASSERT_EQ(data.size(), p.data.size());
+  ASSERT_NE(data, p.data);
+  const Bytes b = join(header.dump(), data);
+  const Checkpoint c = lenet::engine::load_checkpoint_bytes(b.data(), b.size(), "sorted.safetensors");
+  expect_same_bits(c.parameters, sample_parameters());
+  expect_same_state(c.state, sample_state());
 }
 
 TEST_F(CheckpointFiles, ExtraTrailingBytesAreRejected) {

@@ -195,6 +195,9 @@ TEST_F(IdxFiles, WrongDimensionsAreRejected) {
   EXPECT_CONTAINS(msg, path);
   EXPECT_CONTAINS(msg, "27x28");
   EXPECT_CONTAINS(msg, "expected 28x28");
+  // The columns too (as many pixels per image as 28x28 would hold, so the length check cannot catch it).
+  const std::string cols = write_raw("img-cols", idx_images(1, 28, 27));
+  EXPECT_CONTAINS(data_error_of([&] { lenet::io::read_idx_images(cols); }), "28x27");
 }
 
 TEST_F(IdxFiles, CountMismatchBetweenImagesAndLabelsIsRejected) {
@@ -253,6 +256,15 @@ TEST_F(IdxFiles, TruncatedGzipIsRejected) {
   Bytes gz = lenet::testing::read_bytes(write_gz("full.gz", idx_images(5)));
   gz.resize(gz.size() / 2);
   const std::string path = write_raw("img.gz", gz);
+  const std::string msg = data_error_of([&] { lenet::io::read_idx_images(path); });
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "truncated gzip");
+}
+
+// The gzip magic alone is a gzip file cut short, not a raw file named .gz.
+TEST_F(IdxFiles, GzipMagicAloneIsATruncatedGzipFile) {
+  if (!lenet::io::gzip_supported()) GTEST_SKIP() << "built without zlib";
+  const std::string path = write_raw("img.gz", Bytes{0x1f, 0x8b});
   const std::string msg = data_error_of([&] { lenet::io::read_idx_images(path); });
   EXPECT_CONTAINS(msg, path);
   EXPECT_CONTAINS(msg, "truncated gzip");
@@ -357,6 +369,8 @@ TEST_F(IdxFiles, FileLargerThanAnyIdxFileIsRejectedBeforeReading) {
   const std::string msg = data_error_of([&] { lenet::io::read_file_bytes(path.string()); });
   EXPECT_CONTAINS(msg, path.string());
   EXPECT_CONTAINS(msg, "larger than any IDX file");
+  fs::resize_file(path, lenet::io::kMaxDecompressedBytes);  // the bound itself is read
+  EXPECT_EQ(lenet::io::read_file_bytes(path.string()).size(), lenet::io::kMaxDecompressedBytes);
 }
 
 #ifdef LENET_TEST_CAN_WRITE_GZIP
@@ -384,6 +398,22 @@ Bytes gzip_of_zeros(size_t n) {
   deflateEnd(&zs);
   out.resize(written);
   return out;
+}
+
+// A small file whose trailer claims far more than deflate's 1032:1 could give it is not taken at its
+// word once the first MiB is full: 1.5 MiB of zeros whose trailer says 200 MiB grows the buffer to 2 MiB,
+// not 200, before zlib's length check refuses it.
+TEST(GzipBound, TrailerIsCappedByDeflatesLargestRatio) {
+  if (!lenet::io::gzip_supported()) GTEST_SKIP() << "built without zlib";
+  Bytes gz = gzip_of_zeros(size_t{3} << 19);
+  ASSERT_LT(gz.size() * 1032, size_t{100} << 20);
+  const uint32_t claimed = uint32_t{200} << 20;
+  for (int i = 0; i < 4; ++i) gz[gz.size() - 4 + i] = static_cast<uint8_t>(claimed >> (8 * i));
+  if (!reset_peak_resident()) GTEST_SKIP() << "/proc/self/clear_refs cannot be written here";
+  const size_t before = peak_resident_bytes();
+  EXPECT_CONTAINS(data_error_of([&] { lenet::io::maybe_gunzip(std::move(gz), "lying.gz"); }), "corrupt gzip data");
+  const size_t grew = peak_resident_bytes() - before;
+  EXPECT_LT(grew, size_t{100} << 20) << "the peak resident set grew by " << (grew >> 20) << " MiB";
 }
 
 // The bound against decompression bombs: a stream decompressing to exactly the bound is read, one byte

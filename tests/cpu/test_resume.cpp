@@ -330,6 +330,61 @@ TEST(Diverging, ParametersThatOverflowAfterAFiniteLossStopTheRunToo) {
             "non-finite parameters in epoch 2, at step 1 of 1 (step 2 of the run); try a smaller --lr");
 }
 
+// A resumed run that diverges says so: its lr came from the checkpoint, so only a new run can change it.
+TEST(Diverging, AResumedRunIsToldToStartAgain) {
+  ScriptedBackend b(6, /*loss_goes_bad=*/true);  // its 7th step
+  engine::TrainOptions o = options();
+  o.start_step = 16;  // epoch 2 from its start
+  std::ostringstream log;
+  try {
+    engine::train(b, data(), o, log, false);
+    ADD_FAILURE() << "did not diverge";
+  } catch (const engine::TrainingDiverged& e) {
+    EXPECT_EQ(std::string(e.what()), "non-finite training loss in epoch 2, at step 7 of 16 (step 23 of the run); "
+                                     "start again with a smaller --lr (a resumed run keeps its own)");
+  }
+}
+
+// A fresh run (start_step 0) replaces what a metrics file held; only a resumed run appends to it.
+TEST(Resume, AFreshRunReplacesAnOldMetricsFile) {
+  engine::CpuBackend b(1, model::init_parameters<float>(1));
+  engine::TrainOptions o = options();
+  o.epochs = 1;
+  o.metrics_path = temporary("-old.jsonl").string();
+  std::ofstream(o.metrics_path) << "an older run's record\n";
+  std::ostringstream log;
+  engine::train(b, data(), o, log, false);
+  std::ifstream in(o.metrics_path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  fs::remove(o.metrics_path);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(lines[0]).at("epoch"), 1) << lines[0];
+}
+
+// The epoch's checkpoint comes before its metrics record: a save that fails leaves no record claiming an
+// epoch that a resumed run would train again.
+TEST(Resume, AFailedEpochCheckpointLeavesNoRecordOfTheEpoch) {
+  engine::CpuBackend b(1, model::init_parameters<float>(1));
+  engine::TrainOptions o = options();
+  o.metrics_path = temporary("-ckpt.jsonl").string();
+  o.checkpoint = [](int, uint64_t, const engine::EpochSoFar&) { throw engine::CheckpointError("disk full"); };
+  std::ostringstream log;
+  EXPECT_THROW(engine::train(b, data(), o, log, false), engine::CheckpointError);
+  EXPECT_TRUE(read_records(o.metrics_path).empty());
+}
+
+// No stop is asked for after the last epoch: a signal during its evaluation leaves a finished run finished.
+TEST(Resume, NoStopIsAskedForAfterTheLastEpoch) {
+  engine::CpuBackend b(1, model::init_parameters<float>(1));
+  engine::TrainOptions o = options();
+  uint64_t asked = 0;
+  o.stop_requested = [&] { return ++asked > 31 ? 15 : 0; };  // 15 + 1 + 15 asks in 2 epochs of 16 steps
+  std::ostringstream log;
+  EXPECT_NO_THROW(engine::train(b, data(), o, log, false));
+  EXPECT_EQ(asked, 31u);
+}
+
 // The rule the CPU backend and the GPU loss kernel share (model/step_tracker.hpp).
 TEST(Diverging, StepTrackerKeepsTheFirstNonFiniteStep) {
   model::StepTracker t;
