@@ -34,8 +34,8 @@ class TemporaryFile {
   TemporaryFile& operator=(const TemporaryFile&) = delete;
 
   int fd() const { return fd_; }
-  int close() {
-    const int rc = ::close(fd_);
+  int close(const FileIo& io) {
+    const int rc = io.close(fd_);
     fd_ = -1;  // closed even when close reports an error (POSIX leaves it unspecified; Linux closes)
     return rc;
   }
@@ -95,7 +95,7 @@ std::string replace_file(const std::string& path, const void* data, size_t size,
   }
   // Data on disk before the rename makes it visible, else a crash could leave an empty file under `path`.
   if (io.fsync(tmp.fd()) != 0) return failed("fsync", errno);
-  if (tmp.close() != 0) return failed("close", errno);
+  if (tmp.close(io) != 0) return failed("close", errno);
   if (::rename(tmp_path.c_str(), target.c_str()) != 0) return failed("rename", errno);
   tmp.commit();
 

@@ -11,11 +11,14 @@
 namespace lenet::engine {
 
 // The system calls through which a replacement reaches the disk, with POSIX's contracts: write(2) returns
-// the bytes written (possibly fewer than asked) or -1 with errno set; fsync(2) returns 0 or -1 with errno
-// set. A seam so tests can simulate a full disk or a failing sync; production code takes the default.
+// the bytes written (possibly fewer than asked) or -1 with errno set; fsync(2) and close(2) return 0 or -1
+// with errno set, and close releases the descriptor either way (as Linux does). A seam so tests can
+// simulate a full disk, a failing sync or a close that reports a deferred write error (NFS does);
+// production code takes the default.
 struct FileIo {
   std::function<ssize_t(int fd, const void* data, size_t size)> write = ::write;
   std::function<int(int fd)> fsync = ::fsync;
+  std::function<int(int fd)> close = ::close;
 };
 
 // Writes `size` bytes to PATH.tmp.<pid>.<n> (PATH's name cut short where the folder's longest name needs

@@ -692,21 +692,31 @@ TEST_F(CheckpointFiles, SyncsTheCompleteFileBeforeTheRenameAndTheFolderAfterIt) 
   EXPECT_EQ(syncs[1].at_path, after) << "the folder is synced after the rename";
 }
 
-TEST_F(CheckpointFiles, FailedSyncOfTheFileLeavesPreviousCheckpointIntact) {
+// Before the rename, a failing fsync, or a close that reports a deferred write error (NFS does), leaves
+// the previous checkpoint as it was.
+TEST_F(CheckpointFiles, FailedSyncOrCloseOfTheFileLeavesPreviousCheckpointIntact) {
   lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
   const Bytes before = lenet::testing::read_bytes(path_);
-  lenet::engine::FileIo io;
-  io.fsync = [](int) {
-    errno = EIO;
-    return -1;
-  };
-  const std::string error = save_error(path_, lenet::model::init_parameters<float>(7), sample_state(), io);
-  EXPECT_CONTAINS(error, path_);
-  EXPECT_CONTAINS(error, "fsync of");
-  EXPECT_CONTAINS(error, std::strerror(EIO));
-  EXPECT_CONTAINS(error, "the previous checkpoint, if any, is unchanged");
-  EXPECT_EQ(lenet::testing::read_bytes(path_), before);
-  EXPECT_EQ(folder_entries(), std::vector<std::string>{"model.safetensors"}) << "temporary file left behind";
+  for (const std::string call : {"fsync", "close"}) {
+    SCOPED_TRACE(call);
+    lenet::engine::FileIo io;
+    const auto fail = [](int) {
+      errno = EIO;
+      return -1;
+    };
+    if (call == "fsync") io.fsync = fail;
+    io.close = [&](int fd) {
+      const int rc = ::close(fd);  // released either way
+      return call == "close" ? fail(fd) : rc;
+    };
+    const std::string error = save_error(path_, lenet::model::init_parameters<float>(7), sample_state(), io);
+    EXPECT_CONTAINS(error, path_);
+    EXPECT_CONTAINS(error, call + " of");
+    EXPECT_CONTAINS(error, std::strerror(EIO));
+    EXPECT_CONTAINS(error, "the previous checkpoint, if any, is unchanged");
+    EXPECT_EQ(lenet::testing::read_bytes(path_), before);
+    EXPECT_EQ(folder_entries(), std::vector<std::string>{"model.safetensors"}) << "temporary file left behind";
+  }
 }
 
 // After the rename the new checkpoint is in place: a folder that cannot be synced is an error saying so,
