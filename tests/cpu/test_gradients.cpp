@@ -179,6 +179,49 @@ TEST(Gradients, SoftmaxCrossEntropySum) {
   EXPECT_EQ(correct, expected);
 }
 
+// The loss and its gradient are taken relative to each row's largest logit, wherever it stands: logits
+// 1000 apart overflow exp() in double (100 apart in float), yet the loss is finite and the gradient is
+// softmax - onehot, each row summing to 0. Rows: the maximum at the label (class 1); the maximum at
+// class 7 with label 0; label 9 on the one logit far below the rest.
+template <typename T>
+void expect_stable_softmax(T spread) {
+  SCOPED_TRACE("spread " + std::to_string(double(spread)));
+  const int n = 3;
+  std::vector<T> z(size_t(n) * kClasses, T(0)), dz(z.size());
+  z[1] = spread;
+  z[kClasses + 7] = spread;
+  z[2 * kClasses + 9] = -spread;
+  const std::vector<int32_t> labels = {1, 0, 9};
+  const double l = double(softmax_xent(n, kClasses, z.data(), labels.data(), dz.data(), nullptr));
+  double by_hand = 0;  // sum over rows of max + log(sum exp(z - max)) - z[label], in double
+  for (int i = 0; i < n; ++i) {
+    const T* row = &z[size_t(i) * kClasses];
+    const double m = double(*std::max_element(row, row + kClasses));
+    double s = 0;
+    for (int c = 0; c < kClasses; ++c) s += std::exp(double(row[c]) - m);
+    by_hand += m + std::log(s) - double(row[labels[size_t(i)]]);
+  }
+  ASSERT_TRUE(std::isfinite(l));
+  EXPECT_NEAR(l, by_hand, 1e-5 * by_hand);
+  for (int i = 0; i < n; ++i) {
+    double row_sum = 0;
+    for (int c = 0; c < kClasses; ++c) {
+      const double g = double(dz[size_t(i) * kClasses + c]);
+      ASSERT_TRUE(std::isfinite(g)) << "row " << i << ", class " << c;
+      row_sum += g;
+    }
+    EXPECT_NEAR(row_sum, 0.0, 1e-6) << "row " << i;
+  }
+  EXPECT_NEAR(double(dz[1]), 0.0, 1e-6);              // row 0: the label is the certain prediction
+  EXPECT_NEAR(double(dz[kClasses]), -1.0, 1e-6);      // row 1: the label has probability ~0
+  EXPECT_NEAR(double(dz[3 * kClasses - 1]), -1.0, 1e-6);  // row 2 likewise
+}
+
+TEST(Gradients, SoftmaxCrossEntropyIsStableForLogitsFarApart) {
+  expect_stable_softmax<double>(1000.0);
+  expect_stable_softmax<float>(100.0f);
+}
+
 // Parameters large enough that every ReLU sees both signs (the N(0, 0.01^2) start would make the
 // gradients of the early layers tiny but not wrong).
 Vec test_parameters(std::mt19937& gen) {
@@ -257,12 +300,13 @@ TEST(Gemm, BlasAndPortableAgreeForEveryTransposition) {
   std::mt19937 gen(8);
   // The portable GEMM's blocks are 64 rows, 256 columns and 256 deep, its tiles 4 rows by 4 (double) or
   // 8 (float) columns: the third shape spans two blocks of rows and columns and three of depth, with
-  // partial tiles in both directions; the fourth has k = 0 (C only scaled by beta). Beta 0 must ignore
-  // a NaN already in C, as BLAS does. gemm<T> is OpenBLAS where the build found it, for float and
-  // double. Bounds: double sums of at most 1100 products of O(1) terms, relative error far below 1e-13;
-  // the float GEMMs', about sqrt(k) * 6e-8, below 1e-5.
-  for (const auto& [m, n, k] :
-       {std::tuple<int, int, int>{13, 17, 11}, {3, 300, 1100}, {70, 301, 600}, {4, 5, 0}})
+  // partial tiles in both directions; the fourth has k = 0 (C only scaled by beta); the last three have
+  // one row or one column of C (a linear layer on a one-row chunk). Beta 0 must ignore a NaN already in
+  // C, as BLAS does. gemm<T> is OpenBLAS where the build found it, for float and double. Bounds: double
+  // sums of at most 1100 products of O(1) terms, relative error far below 1e-13; the float GEMMs', about
+  // sqrt(k) * 6e-8, below 1e-5.
+  for (const auto& [m, n, k] : {std::tuple<int, int, int>{13, 17, 11}, {3, 300, 1100}, {70, 301, 600}, {4, 5, 0},
+                                {1, 9, 7}, {6, 1, 5}, {1, 1, 3}})
     for (const double beta : {2.0, 0.0})
       for (int ta = 0; ta < 2; ++ta)
         for (int tb = 0; tb < 2; ++tb) {
