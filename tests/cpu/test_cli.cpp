@@ -1299,4 +1299,103 @@ TEST_F(Cli, SecondSignalExitsAtOnceWithItsLine) {
   EXPECT_EQ(r.err, "lenet-train: stopped at once by a second signal " + std::to_string(second) + "\n");
 }
 
+// --load and --resume together are refused from the flags alone (status 2), before either file is read.
+TEST_F(Cli, LoadAndResumeTogetherAreRefusedBeforeEitherIsRead) {
+  const std::string a = (dir_ / "a.safetensors").string(), b = (dir_ / "b.safetensors").string();
+  expect_usage_error("--backend cpu --epochs 3 --load '" + a + "' --resume '" + b + "'",
+                     "--load and --resume: give one of them");
+}
+
+// A resumed run saves to the file it resumed from unless --save says otherwise: a refusal of that file
+// says so (here stdout appends to it, so a rename would cut stdout off).
+TEST_F(Cli, ImpliedSaveProblemNamesResume) {
+  const std::string c = (dir_ / "c.safetensors").string();
+  lenet::engine::save_checkpoint(c, lenet::model::init_parameters<float>(1), {1, 2, 1, 2, 0.2, 64, 1, 128, {}});
+  const Result r = run("--backend cpu --quiet --test-limit 64 --epochs 3 --resume '" + c + "'", "", " >>'" + c + "'");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(r.err, "lenet-train: error: " + c + ": the file stdout or stderr writes (a rename would cut it off) "
+                   "(--resume saves there; name another file with --save)\n");
+}
+
+// A fresh run (no --resume) replaces its metrics file whatever that holds: the mending of a last line
+// cut short is for a resumed run's append only, and must not refuse a fresh run over an old file.
+TEST_F(Cli, FreshRunReplacesAMetricsFileWhoseLastLineIsNotARecord) {
+  const std::string metrics = (dir_ / "m.jsonl").string();
+  std::ofstream(metrics) << "not a record";  // no newline
+  const Result r =
+      run("--backend cpu --quiet --epochs 1 --train-limit 64 --test-limit 64 --metrics '" + metrics + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  const std::string text = lenet::testing::slurp(metrics);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+  EXPECT_EQ(text.rfind("{\"backend\"", 0), 0u) << text;
+}
+
+// A resumed run that diverges before writing a checkpoint of its own (its save is implied by --resume)
+// still says where the last good checkpoint is: the file it resumed from.
+TEST_F(Cli, DivergingResumedRunNamesTheCheckpointItResumedFrom) {
+  const std::string c = (dir_ / "c.safetensors").string();
+  const std::string common = "--backend cpu --quiet --batch-size 64 --train-limit 128 --test-limit 64 ";
+  ASSERT_EQ(run(common + "--lr 1e6 --epochs 1 --save '" + c + "'").status, 0);  // diverges in its second epoch
+  const Result r = run("--backend cpu --quiet --epochs 3 --resume '" + c + "'");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("non-finite training loss in epoch 2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("; the last good checkpoint stays in " + c + "\n"), std::string::npos) << r.err;
+}
+
+// An evaluation (--epochs 0 --load) whose final line stdout cannot take fails as a training run does.
+TEST_F(Cli, EvaluationWhoseFinalLineCannotBeWrittenExits1) {
+  const std::string a = (dir_ / "a.safetensors").string();
+  lenet::engine::save_checkpoint(a, lenet::model::init_parameters<float>(1), {1, 2, 1, 2, 0.2, 64, 1, 128, {}});
+  const Result r = run("--backend cpu --epochs 0 --test-limit 64 --load '" + a + "'", "", " >/dev/full");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "lenet-train: error: stdout: write failed (No space left on device)\n");
+}
+
+// After "--" nothing is an option: the words there are refused as unexpected arguments, not read as an
+// option missing its value.
+TEST_F(Cli, WordsAfterDoubleDashAreNotOptions) {
+  expect_usage_error("--backend cpu -- --metrics --quiet", "The following arguments were not expected");
+}
+
+// The top of an integer flag's range is accepted (the message says "1 to 2147483647"): the run goes on
+// to the next check, here the --epochs 0 refusal.
+TEST_F(Cli, TopOfAnIntegerRangeIsAccepted) {
+  expect_usage_error("--backend cpu --batch-size 2147483647 --train-limit 9223372036854775807 --epochs 0",
+                     "--epochs 0: must be at least 1");
+}
+
+// A stdout open for reading and writing (a terminal is; here `1<>FILE`) takes the records of
+// "--metrics -": only one open for reading alone (a closed stdout that /dev/null filled) is refused.
+TEST_F(Cli, MetricsIntoAStdoutOpenForReadingAndWriting) {
+  const std::string file = (dir_ / "rw.jsonl").string();
+  const Result r =
+      run("--backend cpu --quiet --epochs 2 --train-limit 64 --test-limit 64 --metrics -", "", " 1<>'" + file + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string text = lenet::testing::slurp(file);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
+  EXPECT_EQ(r.err.rfind("test acc: ", 0), 0u) << r.err;
+}
+
+// --metrics naming, by its name, the regular file stderr writes: the records go through stderr, each line
+// whole and in order with the progress lines (a second open would write over them from offset 0).
+TEST_F(Cli, MetricsIntoTheFileStderrWritesByItsName) {
+  const Result r =
+      run("--backend cpu --epochs 2 --train-limit 64 --test-limit 64 --metrics '" + (dir_ / "err").string() + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::istringstream in(r.err);
+  int records = 0, progress = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("{", 0) == 0) {
+      EXPECT_TRUE(nlohmann::json::accept(line)) << line;
+      ++records;
+    } else {
+      EXPECT_EQ(line.rfind("epoch ", 0), 0u) << line;
+      ++progress;
+    }
+  }
+  EXPECT_EQ(records, 2) << r.err;
+  EXPECT_EQ(progress, 2) << r.err;
+}
+
 }  // namespace
