@@ -3,6 +3,8 @@ results, or with an unknown phase, must stop at once (exit 2), before building a
 GPU session's minutes to keep nothing. Its steps, with stand-ins for nvidia-smi, CMake, CTest,
 compute-sanitizer and the programs: the time the GPU tests leave the sanitizer, and what the summary says
 when the sanitizer refuses the device or finds errors."""
+import datetime
+import json
 import os
 import re
 import shutil
@@ -193,6 +195,125 @@ class GpuCheckSteps(unittest.TestCase):
         self.assertEqual(results["sanitizer memcheck graph"], "errors found (exit 99)")
         self.assertEqual(results["sanitizer memcheck naive"], "errors found (exit 99)")
         self.assertEqual(results["sanitizer racecheck graph"], "ok")
+
+    # Mutant IDs in comments (G03, ...): profiling/results/2026-12-05-cpu-2core/mutations-py.jsonl.
+    def limits(self, stdout):
+        return {m.group(1): int(m.group(2)) for m in re.finditer(r"^=== (.+) \(limit (\d+)s\)", stdout, re.M)}
+
+    def test_default_phases(self):  # G03: an empty LENET_CHECK_PHASES is the default
+        proc, summary, calls = self.run_check(420, LENET_CHECK_PHASES="", LENET_CHECK_SWEEP="0")
+        steps = list(self.results(summary))
+        for name in ("tests", "sanitizer probe", "sanitizer racecheck naive", "naive R=1", "graph R=2",
+                     "lenet-bench", "cpu R=1"):
+            self.assertIn(name, steps)
+        self.assertNotIn("gpu tests", steps)
+        self.assertNotIn("accuracy test", steps)
+        self.assertFalse([s for s in steps if s.startswith("sweep ")], steps)
+
+    def test_tests_phase_replaces_gputests_and_accuracy(self):  # G15
+        proc, summary, calls = self.run_check(420, LENET_CHECK_PHASES="tests gputests accuracy")
+        ctest = [c for c in calls if c.startswith("ctest ")]
+        self.assertEqual(len(ctest), 1, calls)
+        self.assertNotIn("-L gpu", ctest[0])
+        self.assertEqual(list(self.results(summary)), ["configure", "build", "version", "tests"])
+
+    def test_a_spent_budget_skips_and_builds_nothing(self):  # G08, G09
+        proc, summary, calls = self.run_check(3)
+        self.assertEqual(proc.returncode, 1)
+        self.assertEqual(self.results(summary), {"configure": "skipped (budget)"})
+        self.assertEqual([c for c in calls if c.startswith("cmake -S")], [])
+
+    def test_gpu_tests_get_at_least_120_s(self):  # G14: 250 - 180 s and 290 - 180 s are under the floor
+        for budget in (250, 290):
+            with self.subTest(budget=budget):
+                proc, summary, calls = self.run_check(budget)
+                self.assertEqual(self.limits(proc.stdout)["gpu tests"], 120)
+
+    def test_ctest_stops_15_s_before_its_limit(self):  # G11
+        t0 = datetime.datetime.now(datetime.timezone.utc)
+        proc, summary, calls = self.run_check(420)
+        took = (datetime.datetime.now(datetime.timezone.utc) - t0).total_seconds()
+        limit = self.limits(proc.stdout)["gpu tests"]
+        [ctest] = [c for c in calls if c.startswith("ctest ")]
+        h, m, s = map(int, re.search(r"--stop-time (\d\d):(\d\d):(\d\d)", ctest).groups())
+        stop = (h * 3600 + m * 60 + s - (t0.hour * 3600 + t0.minute * 60 + t0.second)) % 86400
+        self.assertLessEqual(stop, limit - 15 + took + 1)  # the seconds the steps before it took
+        self.assertGreaterEqual(stop, limit - 15 - 1)
+
+    def test_probe_errors_found_still_runs_the_tools(self):  # G21, G22
+        proc, summary, calls = self.run_check(420, SANITIZER_EXIT="99", SANITIZER_EXIT_ON="test_gpu_probe")
+        self.assertEqual(proc.returncode, 1)
+        results = self.results(summary)
+        self.assertEqual(results["sanitizer probe"], "errors found (exit 99)")
+        self.assertEqual(len([c for c in calls if c.startswith("compute-sanitizer ")]), 5, calls)
+        self.assertEqual(results["sanitizer racecheck naive"], "ok")
+
+    def test_device_not_supported_with_a_probe_that_passed_is_no_runs(self):  # G20
+        proc, summary, calls = self.run_check(420, SANITIZER_SAYS="========= Device not supported: 0")
+        self.assertEqual(proc.returncode, 1)
+        self.assertTrue(self.results(summary)["sanitizer probe"].startswith("compute-sanitizer refuses the device"))
+        self.assertEqual([c for c in calls if c.startswith("compute-sanitizer ")][1:], [])
+
+    def test_a_refusal_with_a_bar_keeps_the_table(self):  # G36
+        proc, summary, calls = self.run_check(420, SANITIZER_SAYS="Device not supported | x",
+                                              SANITIZER_EXIT="1", SANITIZER_EXIT_ON="test_gpu_probe")
+        [row] = [l for l in summary.splitlines() if l.startswith("| sanitizer probe |")]
+        self.assertEqual(row.count("|"), 3, row)
+
+    def test_a_killed_run_is_timed_out(self):  # G10
+        proc, summary, calls = self.run_check(420, SANITIZER_EXIT="137",
+                                              SANITIZER_EXIT_ON="memcheck --error-exitcode 99 --report-api-errors no")
+        results = self.results(summary)
+        self.assertEqual(results["sanitizer memcheck graph"], "timed out")
+        self.assertEqual(results["sanitizer racecheck graph"], "ok")
+
+    def test_sanitizer_runs_share_what_is_left(self):  # G23, G26
+        for budget in (420, 1000):
+            with self.subTest(budget=budget):
+                proc, summary, calls = self.run_check(budget)
+                limits = self.limits(proc.stdout)
+                runs = [limits["sanitizer %s %s" % (t, m)]
+                        for t in ("memcheck", "racecheck") for m in ("graph", "naive")]
+                self.assertTrue(all(30 <= l <= 150 for l in runs), runs)
+                if budget == 420:  # 420 s less the seconds spent (a loaded machine: up to 60), in four shares
+                    self.assertTrue(90 <= runs[0] <= 105, runs)
+                else:
+                    self.assertEqual(runs, [150] * 4)
+
+    def test_experiment_uses_two_gpus_and_the_epochs(self):  # G28, G29
+        with open(os.path.join(self.cuda, "bin", "nvidia-smi"), "a") as f:  # a second GPU
+            f.write('[[ $1 == -L ]] && echo "GPU 1: NVIDIA H200 (UUID: GPU-1)"\n')
+        proc, summary, calls = self.run_check(420, LENET_CHECK_PHASES="experiment", LENET_CHECK_EPOCHS="2")
+        runs = [c for c in calls if c.startswith("engine/lenet-train --backend cuda")]
+        self.assertEqual(len(runs), 4, calls)
+        for call in runs:
+            self.assertIn("--epochs 2 ", call)
+        r2 = [c for c in runs if "-r2.jsonl" in c]
+        self.assertEqual(len(r2), 2, runs)
+        for call in r2:
+            self.assertIn("--num-gpus 2 ", call)
+            self.assertNotIn("--replicas", call)
+
+
+class GpuCheckSummary(unittest.TestCase):
+    """The summary's Python part, on metrics files made here."""
+
+    def test_metrics_tables(self):  # G31, G32
+        with open(SCRIPT) as f:
+            code = re.search(r"<<'PY' \|\| echo \"\(no metrics summary.*?\n(.*?)\nPY\n", f.read(), re.S).group(1)
+        with tempfile.TemporaryDirectory() as d:
+            os.mkdir(os.path.join(d, "sweep"))
+            line = {"backend": "cuda", "replicas": 2, "devices": ["cuda:0", "cuda:0"], "batch_size": 256,
+                    "test_acc": 0.8, "train_loss": 0.5, "examples_per_second": 1000}
+            for mode, s in (("naive", 1.6384), ("graph", 0.8192)):  # 6 s and 3 s a 60,000-example epoch
+                with open(os.path.join(d, "sweep", f"{mode}-b256-r2.jsonl"), "w") as f:
+                    f.write(json.dumps(dict(line, mode=mode, epoch=1, epoch_seconds=s)) + "\n")
+            with open(os.path.join(d, "naive-r2.jsonl"), "w") as f:
+                for e, s in ((1, 1.0), (2, 3.0)):
+                    f.write(json.dumps(dict(line, mode="naive", epoch=e, epoch_seconds=s)) + "\n")
+            out = subprocess.run(["python3", "-", d], input=code, capture_output=True, text=True, timeout=60).stdout
+        self.assertIn("| 256 | 2 | 6.000 | 3.000 | 2.00 |", out)
+        self.assertIn("| naive-r2.jsonl | cuda | naive | 2 | cuda:0,cuda:0 | 2 | 0.8000 | 0.5000 | 2.000 | 1000 |", out)
 
 
 if __name__ == "__main__":

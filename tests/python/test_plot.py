@@ -617,5 +617,63 @@ class SampleIsLabelled(unittest.TestCase):
         self.assertIn("Synthetic", text)
 
 
+# Mutant IDs in comments (P16, ...): profiling/results/2026-12-05-cpu-2core/mutations-py.jsonl.
+@unittest.skipUnless(HAVE_MATPLOTLIB, "matplotlib is not importable (apt-get install python3-matplotlib)")
+class Drawing(PlotModule):
+    def drawn(self, draw, data):
+        """The figure draw() makes, before it is saved."""
+        plt, figs = self.plot.pyplot(), []
+        def keep(plt_, fig, out_dir, name, tight=False):
+            figs.append(fig)
+            return name
+        with mock.patch.object(self.plot, "save", keep):
+            draw(plt, data, "unused")
+        self.addCleanup(plt.close, figs[0])
+        return figs[0]
+
+    def test_accuracy_axes(self):  # P17, P18
+        [ax] = self.drawn(self.plot.draw_accuracy, [("a", [1, 2, 3], [0.5, 0.6, 0.7])]).axes
+        self.assertEqual((ax.get_xlabel(), ax.get_ylabel()), ("epoch", "test acc"))
+        self.assertEqual(ax.get_xlim(), (1, 3))
+        self.assertEqual(ax.get_ylim(), (0, 1))
+        self.assertEqual([list(l.get_ydata()) for l in ax.get_lines()], [[0.5, 0.6, 0.7]])
+
+    def test_seconds_log_axis_only_for_a_wide_range(self):  # P19
+        for times, scale in (((100.0, 1.0), "log"), ((29.0, 1.0), "linear")):
+            with self.subTest(times=times):
+                [ax] = self.drawn(self.plot.draw_seconds, {"x": {1: times[0]}, "y": {1: times[1]}}).axes
+                self.assertEqual(ax.get_yscale(), scale)
+                self.assertEqual(sorted(p.get_height() for p in ax.patches), sorted(times))
+
+    def test_timeline_stacks_idle_on_busy(self):  # P20
+        panels = self.plot.timeline_panels([("t.json", {"mode": "graph", "steps": [
+            {"step": 0, "busy_ms": 2.0, "idle_ms": 0.5}, {"step": 1, "busy_ms": 3.0, "idle_ms": 1.5}]})])
+        [ax] = self.drawn(self.plot.draw_timeline, panels).axes
+        bars = [(p.get_y(), p.get_height()) for p in ax.patches]
+        self.assertEqual(bars, [(0, 2.0), (0, 3.0), (2.0, 0.5), (3.0, 1.5)])  # busy, then idle on top
+        self.assertEqual(ax.get_ylabel(), "ms")
+
+
+class Ordering(PlotModule):
+    def test_naive_timeline_first(self):  # P16
+        t = lambda mode: {"mode": mode, "steps": [{"step": 0, "busy_ms": 1.0, "idle_ms": 0.1}]}
+        panels = self.plot.timeline_panels([("g.json", t("graph")), ("t.json", t("pytorch-textbook")),
+                                            ("n.json", t("naive"))])
+        self.assertEqual([p[0] for p in panels], ["naive", "pytorch-textbook", "graph"])
+
+    def test_a_later_row_replaces_an_earlier_one(self):  # P13
+        row = {"impl": "lenet-dp", "mode": "cpu", "replicas": 1, "seconds_per_epoch": 6.5}
+        with contextlib.redirect_stderr(io.StringIO()) as said:
+            table = self.plot.seconds_table([("a.json", row), ("b.json", dict(row, seconds_per_epoch=5.0))])
+        self.assertEqual(table, {"lenet-dp cpu": {1: 5.0}})
+        self.assertIn("lenet-dp cpu R=1 appears more than once with different times; using the one from b.json",
+                      said.getvalue())
+
+    def test_a_repeated_epoch_starts_another_run(self):  # P06
+        line = {"backend": "cpu", "mode": "cpu", "replicas": 1, "test_acc": 0.5}
+        metrics = [("m.jsonl", dict(line, epoch=e)) for e in (1, 2, 2)]
+        self.assertEqual([r["epochs"] for r in self.plot.metrics_runs(metrics)], [[1, 2], [2]])
+
+
 if __name__ == "__main__":
     unittest.main()

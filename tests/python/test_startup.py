@@ -1,11 +1,15 @@
 """profiling/startup.py: the table of start-up costs, on the lenet-train of this build (LENET_TRAIN) and a
 small synthetic data set."""
+import contextlib
+import importlib.util
+import io
 import os
 import pathlib
 import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 from synthetic_data import write_dataset
 
@@ -61,6 +65,41 @@ class Startup(unittest.TestCase):
                            (["--run", "2", "a=/bin/true"], "startup.py: unrecognized arguments: --run (see --help)\n")]:
             r = startup(*args)
             self.assertEqual((r.returncode, r.stderr, r.stdout), (2, said, ""), args)
+
+
+class StartupTable(unittest.TestCase):
+    def test_medians_peaks_and_ratios(self):
+        spec = importlib.util.spec_from_file_location("startup", SCRIPT)
+        startup = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(startup)
+        # Per program and command: the untimed run first (slow, large), then three timed runs.
+        seconds = {"/a": [5.0, 0.1, 0.1, 0.1], "/b": [5.0, 0.2, 0.8, 0.2]}  # b: median 0.2, mean 0.4
+        rss_mb = {"/a": [999, 300, 300, 300], "/b": [999, 150, 200, 150]}
+        calls, clock = [], [0.0]
+
+        class Proc:
+            def __init__(self, argv, **kwargs):
+                calls.append(argv)
+                self.pid = len(calls)
+
+        def wait4(pid, options):
+            argv = calls[pid - 1]
+            i = sum(c == argv for c in calls[:pid]) - 1
+            clock[0] += seconds[argv[0]][i]
+            status = (2 if argv[1:] == ["--epochs", "x"] else 0) << 8
+            return pid, status, mock.Mock(ru_maxrss=rss_mb[argv[0]][i] * 1024)
+
+        out = io.StringIO()
+        with mock.patch.object(startup.subprocess, "Popen", Proc), mock.patch.object(startup.os, "wait4", wait4), \
+                mock.patch.object(startup.os, "access", lambda path, mode: True), \
+                mock.patch.object(startup.time, "perf_counter", lambda: clock[0]), \
+                mock.patch.object(sys, "argv", ["startup.py", "--runs", "3", "a=/a", "b=/b"]), \
+                contextlib.redirect_stdout(out):
+            startup.main()
+        lines = out.getvalue().splitlines()
+        self.assertEqual(lines[2:], ["| %s | 0.100 | 300 | 0.200 | 200 | 1.00 : 2.00 |" % name
+                                     for name in ("--help", "usage error", "--version", "CPU epoch of 64")])
+        self.assertEqual(len(calls), 4 * 2 * (1 + 3))  # an untimed run each, then the timed ones
 
 
 if __name__ == "__main__":
