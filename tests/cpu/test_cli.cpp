@@ -50,6 +50,14 @@ using lenet::testing::Result;
 using lenet::testing::send_signal;
 namespace fs = std::filesystem;
 
+// A checkpoint of the initial parameters, one minibatch of 64 into a two-epoch run on 128 examples, at
+// `path`; returns the path.
+std::string small_checkpoint(const fs::path& path) {
+  lenet::engine::save_checkpoint(path.string(), lenet::model::init_parameters<float>(1),
+                                 {1, 2, 1, 2, 0.2, 64, 1, 128, {}});
+  return path.string();
+}
+
 // Whether `text` holds a match of the POSIX extended regular expression `pattern` (C's regex, not
 // <regex>, whose std::function members GCC 12 warns about under the sanitizers' build).
 bool has_match(const std::string& text, const std::string& pattern) {
@@ -676,8 +684,7 @@ TEST_F(Cli, ResumeMendsARecordCutShort) {
 }
 
 TEST_F(Cli, MetricsThatIsAHardLinkToTheCheckpointIsRefused) {
-  const std::string c = (dir_ / "c.safetensors").string(), m = (dir_ / "m.jsonl").string();
-  lenet::engine::save_checkpoint(c, lenet::model::init_parameters<float>(1), {1, 2, 1, 2, 0.2, 64, 1, 128, {}});
+  const std::string c = small_checkpoint(dir_ / "c.safetensors"), m = (dir_ / "m.jsonl").string();
   fs::create_hard_link(c, m);
   expect_usage_error("--backend cpu --quiet --train-limit 128 --test-limit 64 --epochs 2 --resume '" + c +
                          "' --metrics '" + m + "'",
@@ -1309,8 +1316,7 @@ TEST_F(Cli, LoadAndResumeTogetherAreRefusedBeforeEitherIsRead) {
 // A resumed run saves to the file it resumed from unless --save says otherwise: a refusal of that file
 // says so (here stdout appends to it, so a rename would cut stdout off).
 TEST_F(Cli, ImpliedSaveProblemNamesResume) {
-  const std::string c = (dir_ / "c.safetensors").string();
-  lenet::engine::save_checkpoint(c, lenet::model::init_parameters<float>(1), {1, 2, 1, 2, 0.2, 64, 1, 128, {}});
+  const std::string c = small_checkpoint(dir_ / "c.safetensors");
   const Result r = run("--backend cpu --quiet --test-limit 64 --epochs 3 --resume '" + c + "'", "", " >>'" + c + "'");
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_EQ(r.err, "lenet-train: error: " + c + ": the file stdout or stderr writes (a rename would cut it off) "
@@ -1345,8 +1351,7 @@ TEST_F(Cli, DivergingResumedRunNamesTheCheckpointItResumedFrom) {
 
 // An evaluation (--epochs 0 --load) whose final line stdout cannot take fails as a training run does.
 TEST_F(Cli, EvaluationWhoseFinalLineCannotBeWrittenExits1) {
-  const std::string a = (dir_ / "a.safetensors").string();
-  lenet::engine::save_checkpoint(a, lenet::model::init_parameters<float>(1), {1, 2, 1, 2, 0.2, 64, 1, 128, {}});
+  const std::string a = small_checkpoint(dir_ / "a.safetensors");
   const Result r = run("--backend cpu --epochs 0 --test-limit 64 --load '" + a + "'", "", " >/dev/full");
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "lenet-train: error: stdout: write failed (No space left on device)\n");

@@ -136,11 +136,14 @@ class GpuCheckSteps(unittest.TestCase):
     def results(self, summary):
         return dict(re.findall(r"^\| (.+?) \| (.+) \|$", summary, re.M)[1:])
 
+    def limits(self, stdout):  # each step's time limit, by name
+        return {m.group(1): int(m.group(2)) for m in re.finditer(r"^=== (.+) \(limit (\d+)s\)", stdout, re.M)}
+
     def test_gpu_tests_leave_the_sanitizer_its_time(self):
         for budget, most in ((420, 240), (300, 120)):  # 420 - 180 s, at most 240; 300 - 180 s, at least 120
             with self.subTest(budget=budget):
                 proc, summary, calls = self.run_check(budget)
-                limit = int(re.search(r"=== gpu tests \(limit (\d+)s\)", proc.stdout).group(1))
+                limit = self.limits(proc.stdout)["gpu tests"]
                 self.assertLessEqual(limit, most)
                 self.assertGreaterEqual(limit, most - 15)  # the seconds the steps before it took (a loaded machine)
                 ctest = [c for c in calls if c.startswith("ctest ")]
@@ -197,9 +200,6 @@ class GpuCheckSteps(unittest.TestCase):
         self.assertEqual(results["sanitizer racecheck graph"], "ok")
 
     # Mutant IDs in comments (G03, ...): profiling/results/2026-12-05-cpu-2core/mutations-py.jsonl.
-    def limits(self, stdout):
-        return {m.group(1): int(m.group(2)) for m in re.finditer(r"^=== (.+) \(limit (\d+)s\)", stdout, re.M)}
-
     def test_default_phases(self):  # G03: an empty LENET_CHECK_PHASES is the default
         proc, summary, calls = self.run_check(420, LENET_CHECK_PHASES="", LENET_CHECK_SWEEP="0")
         steps = list(self.results(summary))
