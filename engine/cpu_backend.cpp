@@ -81,9 +81,8 @@ void CpuBackend::train_step(const io::Split& data, const uint32_t* idx, int rows
   const std::vector<RowRange> split = split_rows(rows, static_cast<int>(replicas_.size()));
   std::vector<Chunk> chunks;
   for (size_t r = 0; r < replicas_.size(); ++r) {
-    for (int done = 0; done < split[r].rows; done += kCpuChunkRows) {
-      chunks.push_back({static_cast<int>(r), split[r].first + done, std::min(kCpuChunkRows, split[r].rows - done)});
-    }
+    for (const ChunkRange& c : batches(static_cast<size_t>(split[r].rows), kCpuChunkRows))
+      chunks.push_back({static_cast<int>(r), split[r].first + static_cast<int>(c.offset), static_cast<int>(c.size)});
   }
   const size_t wave = std::min(chunks.size(), std::max(kCpuChunksPerWave, 2 * workers_.size()));
   if (chunk_grads_.size() < wave) chunk_grads_.resize(wave, std::vector<float>(model::kNumParameters));
@@ -137,16 +136,16 @@ TrainStats CpuBackend::take_train_stats() {
 
 // In chunks of kCpuChunkRows rather than minibatches: the count is the same for any batching.
 int64_t CpuBackend::count_correct(const io::Split& data, int /*batch_size*/) {
-  const int chunks = static_cast<int>((data.size() + kCpuChunkRows - 1) / kCpuChunkRows);
-  std::vector<int64_t> correct(size_t(chunks), 0);
-  parallel_for(chunks, static_cast<int>(workers_.size()), [&](int i, int thread) {
+  const std::vector<ChunkRange> chunks = batches(data.size(), kCpuChunkRows);
+  std::vector<int64_t> correct(chunks.size(), 0);
+  parallel_for(static_cast<int>(chunks.size()), static_cast<int>(workers_.size()), [&](int i, int thread) {
     Worker& w = workers_[size_t(thread)];
-    const size_t first = size_t(i) * kCpuChunkRows;
-    const size_t rows = std::min<size_t>(kCpuChunkRows, data.size() - first);
-    w.x.resize(rows * model::kInPixels);
-    w.labels.resize(rows);
-    data.slice(first, rows, w.x.data(), w.labels.data());
-    correct[size_t(i)] = w.net.forward(replicas_.front().params.data(), w.x.data(), w.labels.data(), int(rows)).correct;
+    const ChunkRange& c = chunks[size_t(i)];
+    w.x.resize(c.size * model::kInPixels);
+    w.labels.resize(c.size);
+    data.slice(c.offset, c.size, w.x.data(), w.labels.data());
+    const float* params = replicas_.front().params.data();
+    correct[size_t(i)] = w.net.forward(params, w.x.data(), w.labels.data(), int(c.size)).correct;
   });
   int64_t total = 0;
   for (const int64_t c : correct) total += c;

@@ -303,7 +303,7 @@ void CudaGraphBackend::prepare_evaluation(const io::Split& data) {
     Replica& rep = *replicas_[r];
     const size_t cap = static_cast<size_t>(rep.capacity);
     const size_t rows = static_cast<size_t>(shares[r].rows);
-    const size_t padded = std::max<size_t>(cap, (rows + cap - 1) / cap * cap);
+    const size_t padded = padded_rows(rows, cap);
     x.assign(padded * model::kInPixels, 0.0f);
     labels.assign(padded, 0);
     data.slice(static_cast<size_t>(shares[r].first), rows, x.data(), labels.data());
@@ -325,13 +325,11 @@ int64_t CudaGraphBackend::count_correct(const io::Split& data, int /*batch_size*
   // Every replica evaluates its share on its own stream, in batches of its captured row count (the
   // forward pass then needs no other cuDNN configuration); the counts are reduced on the device.
   for (auto& rep : replicas_) {
-    const size_t cap = static_cast<size_t>(rep->capacity);
     DeviceGuard guard(rep->device);
-    for (size_t first = 0; first < rep->test_rows; first += cap) {
-      rep->net->forward(rep->capacity, rep->test_x.get() + first * model::kInPixels);
-      cuda::launch_count_correct(rep->net->logits(), rep->test_labels.get() + first,
-                                 static_cast<int>(std::min(cap, rep->test_rows - first)), model::kClasses,
-                                 rep->test_correct.get() + first, rep->compute.get());
+    for (const ChunkRange& b : batches(rep->test_rows, static_cast<size_t>(rep->capacity))) {
+      rep->net->forward(rep->capacity, rep->test_x.get() + b.offset * model::kInPixels);
+      cuda::launch_count_correct(rep->net->logits(), rep->test_labels.get() + b.offset, static_cast<int>(b.size),
+                                 model::kClasses, rep->test_correct.get() + b.offset, rep->compute.get());
     }
   }
   int64_t correct = 0;

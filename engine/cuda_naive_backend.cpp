@@ -1,6 +1,7 @@
 #include "engine/cuda_naive_backend.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 #include "engine/cuda_ring.hpp"
 #include "engine/ring.hpp"
@@ -126,9 +127,9 @@ TrainStats CudaNaiveBackend::take_train_stats() {
 int64_t CudaNaiveBackend::count_correct(const io::Split& data, int batch_size) {
   cuda::CudaLenet& rep = *replicas_[0];
   std::vector<uint32_t> idx(std::min(static_cast<size_t>(batch_size), data.size()));
-  for (size_t first = 0; first < data.size(); first += static_cast<size_t>(batch_size)) {
-    const int rows = static_cast<int>(std::min(static_cast<size_t>(batch_size), data.size() - first));
-    for (int i = 0; i < rows; ++i) idx[static_cast<size_t>(i)] = static_cast<uint32_t>(first + static_cast<size_t>(i));
+  for (const ChunkRange& b : batches(data.size(), static_cast<size_t>(batch_size))) {
+    const int rows = static_cast<int>(b.size);
+    std::iota(idx.begin(), idx.begin() + rows, static_cast<uint32_t>(b.offset));
     copy_rows_to(0, data, idx.data(), rows);
     rep.forward(rows);
     rep.loss(rows, cuda::CudaLenet::kEvalStats);

@@ -41,6 +41,18 @@ int largest_share(const std::vector<int>& batch_sizes, int replicas, int replica
   return most;
 }
 
+std::vector<ChunkRange> batches(size_t rows, size_t width) {
+  if (width == 0) throw std::invalid_argument("batches: width 0");
+  std::vector<ChunkRange> out;
+  for (size_t first = 0; first < rows; first += width) out.push_back({first, std::min(width, rows - first)});
+  return out;
+}
+
+size_t padded_rows(size_t rows, size_t width) {
+  if (width == 0) throw std::invalid_argument("padded_rows: width 0");
+  return std::max<size_t>(1, (rows + width - 1) / width) * width;
+}
+
 CudaPlacement place(int num_gpus, int replicas, size_t train_examples, size_t test_examples, int batch_size) {
   if (num_gpus < 1 || replicas < 1 || batch_size < 1) {
     throw std::invalid_argument("place: GPUs " + std::to_string(num_gpus) + ", replicas " + std::to_string(replicas) +

@@ -53,6 +53,15 @@ struct ChunkRange {
   size_t size = 0;
 };
 
+// `rows` examples taken in batches of `width`: each batch's first row and row count, in order, the last
+// one partial where `width` does not divide `rows` (no batch for no rows). Evaluation in every mode and
+// the CPU backend's chunks walk their rows so.
+std::vector<ChunkRange> batches(size_t rows, size_t width);
+
+// `rows` rounded up to whole batches of `width`, at least one: what graph mode's evaluation buffers hold,
+// since its captured forward pass always reads `width` rows.
+size_t padded_rows(size_t rows, size_t width);
+
 // One copy of the schedule: replica `src` sends chunk `chunk` of its buffer to replica `dst`, which adds
 // it to its own chunk (reduce) or overwrites its own chunk with it (gather).
 struct Transfer {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +43,46 @@ TEST(SplitRows, LikeTorchChunk) {
   EXPECT_EQ(p[3].rows, 0);
   EXPECT_EQ(split_rows(96, 3)[2].rows, 32);
   EXPECT_EQ(split_rows(7, 8)[7].rows, 0);
+}
+
+TEST(Batches, CoverTheRowsInOrderOnlyTheLastPartial) {
+  for (size_t width = 1; width <= 12; ++width) {
+    for (size_t rows = 0; rows <= 50; ++rows) {
+      const std::vector<ChunkRange> b = batches(rows, width);
+      ASSERT_EQ(b.size(), (rows + width - 1) / width) << rows << " rows, width " << width;
+      size_t next = 0;
+      for (size_t i = 0; i < b.size(); ++i) {
+        EXPECT_EQ(b[i].offset, next) << rows << " rows, width " << width << ", batch " << i;
+        EXPECT_EQ(b[i].size, i + 1 < b.size() ? width : rows - next) << rows << " rows, width " << width;
+        EXPECT_GE(b[i].size, 1u);
+        next += b[i].size;
+      }
+      EXPECT_EQ(next, rows) << "every row once, width " << width;
+    }
+  }
+  // The test set in the source text's minibatches: 39 of 256 and one of 16.
+  const std::vector<ChunkRange> test_set = batches(10000, 256);
+  ASSERT_EQ(test_set.size(), 40u);
+  EXPECT_EQ(test_set.back().offset, 9984u);
+  EXPECT_EQ(test_set.back().size, 16u);
+  EXPECT_THROW(batches(5, 0), std::invalid_argument);
+}
+
+TEST(Batches, PaddedRowsHoldEveryBatchAtFullWidth) {
+  for (size_t width = 1; width <= 12; ++width) {
+    for (size_t rows = 0; rows <= 50; ++rows) {
+      const size_t padded = padded_rows(rows, width);
+      EXPECT_EQ(padded % width, 0u) << rows << " rows, width " << width;
+      EXPECT_GE(padded, std::max(rows, width)) << rows << " rows, width " << width;
+      EXPECT_LT(padded, std::max(rows, size_t{1}) + width) << "less than a batch of padding";
+      // Graph mode's captured forward pass reads `width` rows from every batch's first.
+      for (const ChunkRange& b : batches(rows, width)) EXPECT_LE(b.offset + width, padded);
+    }
+  }
+  EXPECT_EQ(padded_rows(0, 8), 8u);  // a replica without test rows still has one batch of buffers
+  EXPECT_EQ(padded_rows(16, 8), 16u);
+  EXPECT_EQ(padded_rows(17, 8), 24u);
+  EXPECT_THROW(padded_rows(5, 0), std::invalid_argument);
 }
 
 TEST(RingSchedule, ChunksAndStepsAreWellFormed) {
