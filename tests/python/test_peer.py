@@ -20,13 +20,16 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
+from safetensors_file import load_file, save_file
 from synthetic_data import idx_images, idx_labels, write_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PEER = os.path.join(ROOT, "profiling", "peers", "lenet_peer.py")
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
+LENET_TRAIN = os.environ.get("LENET_TRAIN") or os.path.join(ROOT, "build", "engine", "lenet-train")
 
 ROW_FIELDS = {
     "name", "impl", "mode", "replicas", "devices", "batch_size", "lr", "epochs", "seconds_per_epoch",
@@ -114,6 +117,42 @@ class PeerHelpers(unittest.TestCase):
                 # With a graph, the host's launch calls; without, every kernel recorded.
                 self.assertAlmostEqual(s["kernel_launches_per_step"], launches)
                 self.assertAlmostEqual(s["graph_launches_per_step"], 1 / 2)
+        # A kernel inside another's span adds no idle time (the span ends at the latest end, not the last start's).
+        nested = [("a", True, 0, 0, 30), ("b", True, 0, 5, 10)]
+        self.assertEqual(self.peer.summarize_profile(nested, 1, False)["idle_ms_per_step"], 0)
+
+    def test_one_line_escapes_controls(self):
+        self.assertEqual(self.peer.one_line("a\nb\x1b[2Jc\x7fd\u0085e\u00e9"), "a\\nb\\x1b[2Jc\\x7fd\\xc2\\x85e\u00e9")
+
+    def test_spread_needs_two_timed_epochs(self):
+        t = self.peer.Timing(3, True, 10)
+        t.epoch_done(0, 9.0, 0.5, 1, None)
+        self.assertIsNone(t.spread())  # one epoch timed: no spread, not 0
+        t.epoch_done(1, 2.0, 0.5, 1, None)
+        t.epoch_done(2, 4.0, 0.5, 1, None)
+        self.assertAlmostEqual(t.spread(), (4 - 2) / 2 / 3)  # the first epoch left out
+
+    def test_ranges_include_their_ends(self):
+        # As lenet-train and the README: up to 64 replicas and GPUs, as many replicas as rows, seeds from 0.
+        for args in (["--replicas", "64", "--num-gpus", "64"], ["--replicas", "16", "--batch-size", "16"],
+                     ["--seed", "0"], ["--seed", str(2 ** 40 - 1)]):
+            with self.subTest(args=args):
+                self.peer.parse_args(["--data-dir", "/nonexistent", *args])
+        for args, said in ((["--seed", "-1"], "--seed -1: must be in 0..2^40-1"),
+                           (["--batch-size", "0"], "--batch-size 0: must be from 1 to 2147483647"),
+                           (["--replicas", "17", "--batch-size", "16"], "--replicas 17 is more than --batch-size 16")):
+            with self.subTest(args=args):
+                with self.assertRaises(self.peer.UsageError) as caught:
+                    self.peer.parse_args(["--data-dir", "/nonexistent", *args])
+                self.assertIn(said, str(caught.exception))
+
+    def test_json_in_a_folder_that_is_a_file(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            not_a_folder = os.path.join(tmp, "file")
+            open(not_a_folder, "w").close()
+            with self.assertRaises(self.peer.DataError) as caught:
+                self.peer.parse_args(["--json", os.path.join(not_a_folder, "r.json")])
+            self.assertIn(f"folder {not_a_folder} does not exist or is not writable", str(caught.exception))
 
 
 class WithDataset(unittest.TestCase):
@@ -228,6 +267,143 @@ class PeerTextbookCpu(WithDataset):
         self.assertAlmostEqual(row["seconds_per_epoch_spread"], (max(timed) - min(timed)) / 2 / row["seconds_per_epoch"])
         self.assertAlmostEqual(row["examples_per_second"], 40 / row["seconds_per_epoch"])
         self.assertIn("epochs 2..3", row["timing_note"])
+
+    def test_a_lone_partial_minibatch_trains_and_limits_reach_the_set_size(self):
+        dump = os.path.join(self.tmp.name, "partial.json")
+        proc = run_peer("--data-dir", self.data, "--batch-size", "16", "--epochs", "1", "--seed", "3", "--quiet",
+                        "--train-limit", "5", "--test-limit", str(TEST), "--dump-params", dump,
+                        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(dump) as f:
+            self.assertGreater(distance(init_params(3), json.load(f)["params"]), 0)
+
+    def test_epoch_orders(self):
+        import torch
+        peer = load_peer_module()
+        orders = [peer.epoch_perm(torch, 5, e, 50).tolist() for e in range(3)]
+        for order in orders:
+            self.assertEqual(sorted(order), list(range(50)))
+        self.assertEqual(len({tuple(o) for o in orders}), 3, "each epoch has its own order")
+        self.assertEqual(peer.epoch_perm(torch, 5, 1, 50).tolist(), orders[1], "the seed and epoch decide the order")
+        self.assertNotEqual(peer.epoch_perm(torch, 6, 1, 50).tolist(), orders[1])
+
+    def test_allreduce_time_is_in_milliseconds(self):
+        import torch
+        import torch.nn.functional as F
+        peer = load_peer_module()
+        cpu = torch.device("cpu")
+        model = peer.Textbook(torch, F, peer.init_params(torch, 1), [cpu, cpu], 0.2)
+        reduce = model.allreduce
+        model.allreduce = lambda: (time.sleep(0.02), reduce())
+        x, y = torch.rand(4, 1, 28, 28), torch.tensor([1, 2, 3, 4])
+        ms = peer.time_allreduce(torch, F, model, [(x, y), (x, y)])
+        self.assertTrue(20 <= ms < 2000, ms)
+
+    def test_dumped_parameters_and_replica_difference(self):
+        import torch
+        peer = load_peer_module()
+        a = peer.init_params(torch, 1)
+        b = [t.clone() for t in a]
+        b[7][3] += 0.5
+        path = os.path.join(self.tmp.name, "two-replicas.json")
+        peer.dump_params(torch, path, [a, b])
+        with open(path) as f:
+            dumped = json.load(f)
+        self.assertEqual(dumped["replica_max_abs_diff"], 0.5)
+        self.assertEqual(dumped["params"], torch.cat([t.reshape(-1) for t in a]).tolist())
+
+    def test_one_non_finite_value_stops_the_run(self):
+        import torch
+        peer = load_peer_module()
+        params = peer.init_params(torch, 1)
+        peer.check_finite(torch, [params], 0, 0.2)
+        params[1][0] = float("nan")  # conv1.bias alone
+        with self.assertRaisesRegex(peer.DataError, "non-finite in epoch 1"):
+            peer.check_finite(torch, [params], 0, 0.2)
+
+    def test_row_is_written_before_profiling(self):
+        # A profiler that kills the process loses only the profile's fields.
+        js = os.path.join(self.tmp.name, "early.json")
+        code = ("import importlib.util, os, sys\n"
+                "spec = importlib.util.spec_from_file_location('lenet_peer', sys.argv[1])\n"
+                "m = importlib.util.module_from_spec(spec)\n"
+                "spec.loader.exec_module(m)\n"
+                "m.time_allreduce = lambda *args: os._exit(3)\n"
+                "m.main(sys.argv[2:])\n")
+        proc = subprocess.run([sys.executable, "-c", code, PEER, "--data-dir", self.data, "--epochs", "1", "--quiet",
+                               "--replicas", "2", "--profile-steps", "1", "--json", js], capture_output=True,
+                              text=True, timeout=600, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        with open(js) as f:
+            row = json.load(f)
+        self.assertEqual(row["epochs"], 1)
+        self.assertIsNone(row["allreduce_ms_per_step"])
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch is not importable (apt-get install python3-torch)")
+@unittest.skipUnless(os.access(LENET_TRAIN, os.X_OK), f"no lenet-train at {LENET_TRAIN} (set LENET_TRAIN)")
+class PeerComputesWhatLenetTrainComputes(unittest.TestCase):
+    """The peer's network, input scaling, SGD step and accuracy against lenet-train's CPU backend, an
+    implementation that shares no code with it: from the same weights, the same step (one minibatch
+    holding the whole training set, so that their shuffles, which differ, cannot matter) up to float32
+    rounding, and the same test accuracy. Agreement between the peer's replicas cannot show these: every
+    replica would share a wrong layer."""
+
+    @classmethod
+    def setUpClass(cls):
+        import torch
+        import torch.nn.functional as F
+        cls.torch, cls.F, cls.peer = torch, F, load_peer_module()
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.data = os.path.join(cls.tmp.name, "data")
+        write_dataset(cls.data, TRAIN, 50, gz_train=False)  # raw: lenet-train may be built without zlib
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def save(self, params, name):
+        path = os.path.join(self.tmp.name, name)
+        save_file({n: t for (n, _), t in zip(self.peer.PARAM_SPECS, params)}, path)
+        return path
+
+    def lenet_train(self, *args):
+        proc = subprocess.run([LENET_TRAIN, "--backend", "cpu", "--quiet", "--data-dir", self.data, *args],
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return proc.stdout
+
+    def test_one_step_equals_lenet_train_step(self):
+        torch, peer = self.torch, self.peer
+        start = peer.init_params(torch, 5)
+        saved = os.path.join(self.tmp.name, "step.safetensors")
+        self.lenet_train("--load", self.save(start, "start.safetensors"), "--epochs", "1", "--batch-size", str(TRAIN),
+                         "--lr", "0.2", "--save", saved)
+        x, y = peer.load_split(torch, self.data, "train", None, "--train-limit", "training")
+        model = peer.Textbook(torch, self.F, start, [torch.device("cpu")], 0.2)
+        model.step(peer.to_float(x), y)
+        got = load_file(saved)
+        for (name, _), before, want in zip(peer.PARAM_SPECS, start, model.replicas[0]):
+            step_want, step_got = want.detach() - before, got[name] - before
+            self.assertGreater(step_want.norm().item(), 0, name)
+            rel = ((step_got - step_want).norm() / step_want.norm()).item()
+            self.assertLess(rel, 1e-4, f"{name}: the peer's step differs from lenet-train's by {rel:.2e} (relative)")
+
+    def test_test_accuracy_equals_lenet_train_accuracy(self):
+        torch, peer = self.torch, self.peer
+        # Weights 20 times the peer's initial ones, N(0, 0.2^2): predictions of several classes.
+        weights = [t * 20 if n.endswith(".weight") else t
+                   for (n, _), t in zip(peer.PARAM_SPECS, peer.init_params(torch, 6))]
+        x, _ = peer.load_split(torch, self.data, "t10k", None, "--test-limit", "test")
+        with torch.no_grad():
+            labels = peer.lenet(self.F, peer.to_float(x), weights).argmax(dim=1)
+        self.assertGreaterEqual(len(set(labels.tolist())), 3, "the weights should tell classes apart")
+        labels[:5] = (labels[:5] + 1) % 10  # 45 of 50 right, if both compute the same network
+        with open(os.path.join(self.data, "t10k-labels-idx1-ubyte"), "wb") as f:
+            f.write(idx_labels(labels.tolist()))
+        out = self.lenet_train("--load", self.save(weights, "wide.safetensors"), "--epochs", "0")
+        self.assertEqual(out.strip(), "test acc: 0.90, no training on [cpu]")
+        self.assertEqual(peer.evaluate(torch, self.F, weights, x, labels, torch.device("cpu"), 7, False), 0.9)
 
 
 @unittest.skipUnless(HAVE_TORCH, "torch is not importable (apt-get install python3-torch)")
@@ -364,6 +540,12 @@ class PeerErrors(WithDataset):
             proc = subprocess.run([sys.executable, PEER, "--data-dir", self.data, "--json", out], stdout=f,
                                   stderr=subprocess.PIPE, text=True, timeout=600)
         self.assertIn("the file stdout or stderr writes", self.assert_one_line(proc, 1))
+        with open(out, "w") as f:  # the file stderr writes: the error lands in it
+            proc = subprocess.run([sys.executable, PEER, "--data-dir", self.data, "--json", out],
+                                  stdout=subprocess.PIPE, stderr=f, text=True, timeout=600)
+        self.assertEqual(proc.returncode, 1)
+        with open(out) as f:
+            self.assertIn("the file stdout or stderr writes", f.read())
 
     def test_closed_stdout_or_stderr(self):
         # A closed stdout, which could not take the final line, is refused before the run; with a closed
@@ -419,20 +601,39 @@ class PeerErrors(WithDataset):
         self.assertRegex(line, r"the parameters became non-finite in epoch \d; try a smaller --lr")
         self.assertFalse(os.path.exists(js))
 
-    @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
-    def test_an_error_pytorch_raises_is_one_line(self):
-        # The peer run as a script, with a convolution that fails as CUDA's do: a first line, then advice.
+    def run_with_failing_convolution(self, exception):
+        """The peer run as a script, its convolution raising `exception` (Python source)."""
         code = ("import runpy, sys, torch.nn.functional as F\n"
                 "def conv2d(*args, **kwargs):\n"
-                "    raise RuntimeError('CUDA error: an illegal memory access was encountered\\n'\n"
-                "                       'CUDA kernel errors might be asynchronously reported')\n"
+                f"    raise {exception}\n"
                 "F.conv2d = conv2d\n"
                 "sys.argv = sys.argv[1:]\n"
                 "runpy.run_path(sys.argv[0], run_name='__main__')\n")
-        r = subprocess.run([sys.executable, "-c", code, PEER, "--data-dir", self.data, "--epochs", "1", "--quiet"],
-                           capture_output=True, text=True, timeout=600, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+        return subprocess.run([sys.executable, "-c", code, PEER, "--data-dir", self.data, "--epochs", "1", "--quiet"],
+                              capture_output=True, text=True, timeout=600,
+                              env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+
+    @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+    def test_an_error_pytorch_raises_is_one_line(self):
+        # As CUDA's errors fail: a first line, then advice.
+        r = self.run_with_failing_convolution("RuntimeError('CUDA error: an illegal memory access was encountered\\n'"
+                                              "'CUDA kernel errors might be asynchronously reported')")
         self.assertEqual(self.assert_one_line(r, 1),
                          "lenet_peer: PyTorch: CUDA error: an illegal memory access was encountered")
+        # The CPU allocator's out of memory, as the CUDA one's, says what to shrink.
+        r = self.run_with_failing_convolution("RuntimeError(\"[enforce fail at alloc_cpu.cpp:83] DefaultCPUAllocator: "
+                                              "can't allocate memory: you tried to allocate 1 bytes\")")
+        self.assertRegex(self.assert_one_line(r, 1), r"^lenet_peer: out of memory \(.*\); try a smaller --batch-size")
+        self.assertEqual(self.assert_one_line(self.run_with_failing_convolution("KeyboardInterrupt()"), 130),
+                         "lenet_peer: interrupted")
+
+    @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+    def test_a_gz_name_on_a_file_that_is_not_gzip(self):
+        bad = os.path.join(self.tmp.name, "not-gzip")
+        write_dataset(bad, TRAIN, TEST, gz_train=False)
+        os.rename(os.path.join(bad, "train-labels-idx1-ubyte"), os.path.join(bad, "train-labels-idx1-ubyte.gz"))
+        line = self.assert_one_line(run_peer("--data-dir", bad, "--epochs", "1", "--quiet"), 1)
+        self.assertIn("train-labels-idx1-ubyte.gz: named .gz but is not a gzip file", line)
 
     @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
     def test_missing_data_names_the_package(self):
