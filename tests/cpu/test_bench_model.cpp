@@ -7,6 +7,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -371,12 +372,18 @@ TEST_F(BenchTool, CpuRowsWriteJsonAndMarkdown) {
 // A stop (SIGTERM: a shell's background job ignores SIGINT) once the second row has begun: the rows
 // measured before it are shown and written, the rest named as left out, status 143. A second signal ends
 // the run at once, with the status it gives.
-TEST_F(BenchTool, StopKeepsTheRowsMeasuredBeforeIt) {
-  for (const int signal : {SIGTERM, SIGHUP}) {  // ignored from the start (nohup): the bench keeps it so
+// Signals ignored from the start (nohup) are ignored in the bench this process starts: it keeps them so.
+std::string ignored_stop_signal() {
+  for (const int signal : {SIGTERM, SIGHUP}) {
     struct sigaction inherited {};
     if (sigaction(signal, nullptr, &inherited) == 0 && inherited.sa_handler == SIG_IGN)
-      GTEST_SKIP() << "signal " << signal << " is ignored in this process, and so in the bench it starts";
+      return "signal " + std::to_string(signal) + " is ignored in this process, and so in the bench it starts";
   }
+  return "";
+}
+
+TEST_F(BenchTool, StopKeepsTheRowsMeasuredBeforeIt) {
+  if (const std::string ignored = ignored_stop_signal(); !ignored.empty()) GTEST_SKIP() << ignored;
   const std::string json = (dir_ / "r.json").string(), err = (dir_ / "err").string(), out = (dir_ / "out").string();
   // The shell waits for the second row's name in a fresh err: the one a run before left would end the
   // wait at once, while the new run has not yet truncated it, and the signal would come before the bench
@@ -422,6 +429,61 @@ TEST_F(BenchTool, StopKeepsTheRowsMeasuredBeforeIt) {
   EXPECT_TRUE(status == 129 || status == 143) << status;
   EXPECT_NE(lenet::testing::slurp(err).find("lenet-bench: stopped at once by a second signal\n"), std::string::npos)
       << lenet::testing::slurp(err);
+}
+
+// A stop during the first row cuts it short (a GPU row may take minutes) and, nothing being measured, writes
+// nothing: no empty tables over an earlier result.
+TEST_F(BenchTool, StopDuringTheFirstRowWritesNothing) {
+  if (const std::string ignored = ignored_stop_signal(); !ignored.empty()) GTEST_SKIP() << ignored;
+  const std::string json = (dir_ / "r.json").string(), err = (dir_ / "err").string();
+  std::ofstream(json) << "old result\n";
+  // 2048 steps in all: seconds, where the signal comes within a tenth of a second of the row's start.
+  const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1,2 "
+                          "--train-limit 8192 --batch-size 16 --test-limit 64 --epochs 3 --json '" + json +
+                          "' >/dev/null 2>'" + err + "' & pid=$!; while kill -0 $pid 2>/dev/null && ! grep -q 'cpu R=1' '" + err +
+                          "' 2>/dev/null; do sleep 0.05; done; kill -TERM $pid; wait $pid; exit $?";
+  const int raw = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(raw));
+  EXPECT_EQ(WEXITSTATUS(raw), 143) << lenet::testing::slurp(err);
+  EXPECT_EQ(lenet::testing::slurp(err),
+            "lenet-bench: cpu R=1\nlenet-bench: stopped by signal 15 before a row was measured; nothing written\n");
+  EXPECT_EQ(lenet::testing::slurp(json), "old result\n");
+}
+
+// The CPU rows train what lenet-train trains: the same start, epochs in the seed's orders, the same test
+// accuracy after each epoch, bit for bit. On the CPU a step is all host time, so the timed epoch's steps
+// at "host ms/step" take about its seconds, and no more. The Markdown goes to stdout once, its ratios
+// against the first row.
+TEST_F(BenchTool, CpuRowsTrainWhatLenetTrainTrains) {
+  const std::string data = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' ";
+  const std::string sizes = "--train-limit 2048 --test-limit 512 --batch-size 32 --seed 7 ";  // 64 steps an epoch
+  const std::string json = (dir_ / "r.json").string(), out = (dir_ / "out").string();
+  const std::string metrics = (dir_ / "m.jsonl").string();
+  ASSERT_EQ(std::system((data + "'" LENET_BENCH_EXE "' --modes cpu --replicas 1,2 " + sizes + "--epochs 1 --json '" +
+                         json + "' --markdown - >'" + out + "' 2>/dev/null").c_str()),
+            0);
+  ASSERT_EQ(std::system((data + "'" LENET_TRAIN_EXE "' --backend cpu --quiet --replicas 2 " + sizes +
+                         "--epochs 2 --metrics '" + metrics + "' >/dev/null 2>&1").c_str()),
+            0);
+  const nlohmann::json j = nlohmann::json::parse(lenet::testing::slurp(json));
+  ASSERT_EQ(j["rows"].size(), 2u);
+  ASSERT_EQ(j["rows"][1]["name"], "cpu R=2");
+  std::vector<double> trained;  // lenet-train's, per epoch: the bench's warm-up epoch and its timed one
+  std::istringstream lines(lenet::testing::slurp(metrics));
+  for (std::string line; std::getline(lines, line);) trained.push_back(nlohmann::json::parse(line)["test_acc"]);
+  EXPECT_EQ(j["rows"][1]["test_acc_per_epoch"].get<std::vector<double>>(), trained);
+  for (const auto& row : j["rows"]) {
+    const double epoch = row["seconds_per_epoch"], host = row["host_enqueue_ms_per_step"].get<double>() * 64 / 1e3;
+    EXPECT_LE(host, epoch * (1 + 1e-9)) << row["name"];
+    EXPECT_GE(host, epoch / 2) << row["name"];
+  }
+  const std::string table = lenet::testing::slurp(out);
+  EXPECT_EQ(table.rfind("# lenet-bench\n", 0), 0u) << table;
+  EXPECT_EQ(table.find("# lenet-bench", 1), std::string::npos) << "stdout has the table twice: " << table;
+  EXPECT_NE(table.find("| time vs cpu R=1 |\n"), std::string::npos) << table;
+  const size_t first_row = table.find("\n| cpu R=1 | ");
+  ASSERT_NE(first_row, std::string::npos) << table;
+  EXPECT_EQ(table.substr(table.find('\n', first_row + 1) - 9, 9), "| 1.000 |") << table;
 }
 
 // --json - (stdout): stdout holds the JSON alone, the table goes to stderr.
@@ -547,8 +609,17 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   const std::string null_twice = without_markdown + "--json /dev/null --markdown /dev/null 2>'" + err + "'";
   EXPECT_EQ(WEXITSTATUS(std::system(null_twice.c_str())), 0) << lenet::testing::slurp(dir_ / "err");
   // A diverged run is an error, not a row of meaningless times (one step per epoch: overflow in the second).
+  // With no row measured, the error alone: the files are not written over with empty tables.
+  std::ofstream(dir_ / "b.md") << "old result\n";
   EXPECT_EQ(run_bench("--lr 1e30"), 1);
-  EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("lenet-bench: error: cpu R=1: the parameters became non-finite in epoch 2"),
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
+            "lenet-bench: cpu R=1\nlenet-bench: error: cpu R=1: the parameters became non-finite in epoch 2; try a "
+            "smaller --lr\n");
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "b.md"), "old result\n");
+  // The results written after the benchmark, which fails: status 1, named.
+  EXPECT_EQ(run_bench("--json /dev/full"), 1);
+  EXPECT_NE(lenet::testing::slurp(dir_ / "err").find("lenet-bench: error: /dev/full: write failed (No space left on "
+                                                     "device) (--json)\n"),
             std::string::npos)
       << lenet::testing::slurp(dir_ / "err");
   EXPECT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --replicas 1,010"), 2);
@@ -573,6 +644,14 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --replicas: -99999999999999999999 is out of range (1 to 64) (see --help)\n");
   EXPECT_EQ(run_bench("--replicas 65"), 2);
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --replicas: 65 is out of range (1 to 64) (see --help)\n");
+  EXPECT_EQ(run_bench("--replicas 4 --batch-size 4"), 0) << lenet::testing::slurp(dir_ / "err");  // R = 4: a row each
+  EXPECT_EQ(run_bench("--seed 010"), 2);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --seed 010: must be an integer from 0 to 2^64-1 in "
+                                                 "decimal digits without a leading zero\n");
+  const std::string no_epochs = base.substr(0, base.find("--epochs")) + base.substr(base.find("--epochs 1 ") + 11);
+  ASSERT_EQ(no_epochs.find("--epochs"), std::string::npos) << no_epochs;
+  EXPECT_EQ(WEXITSTATUS(std::system((no_epochs + "--epochs 0 >/dev/null 2>'" + err + "'").c_str())), 2);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --epochs: 0 is out of range (1 to 1000) (see --help)\n");
 
   BenchRow peer;
   peer.name = "pytorch-textbook R=1";
@@ -596,6 +675,14 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
       << text;
   EXPECT_NE(text.find("batch 256, lr 0.2000001,"), std::string::npos) << text;
   EXPECT_EQ(nlohmann::json::parse(std::ifstream(dir_ / "b.json"))["rows"].size(), 2u);
+  // Where stdout and stderr are one file (2>&1), the note is there once, under the table.
+  const std::string one_file = base + "--peers '" + (dir_ / "peer.json").string() + "' >'" + (dir_ / "both").string() +
+                               "' 2>&1";
+  ASSERT_EQ(WEXITSTATUS(std::system(one_file.c_str())), 0) << lenet::testing::slurp(dir_ / "both");
+  text = lenet::testing::slurp(dir_ / "both");
+  const std::string note = "Note: pytorch-textbook R=1 ran on 60000 training examples";
+  ASSERT_NE(text.find(note), std::string::npos) << text;
+  EXPECT_EQ(text.find(note), text.rfind(note)) << text;
   // Two rows of one name could not be told apart: refused, naming the file.
   peer.name = "cpu R=1";
   std::ofstream(dir_ / "same-name.json") << to_json(peer).dump();

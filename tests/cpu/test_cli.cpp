@@ -106,6 +106,7 @@ TEST_F(Cli, UsageErrorsExit2WithOneLine) {
   expect_usage_error("--seed -1", "--seed");
   expect_usage_error("--seed 18446744073709551616", "--seed");  // 2^64
   expect_usage_error("--seed 010", "--seed 010: must be an integer from 0 to 2^64-1");
+  expect_usage_error("--seed 01", "--seed 01: must be an integer from 0 to 2^64-1");
   // Integers are decimal: not CLI11's octal ("010" would be 8) or hex, and not clamped to a range.
   expect_usage_error("--epochs 010", "--epochs: 010 is not a decimal integer");
   expect_usage_error("--batch-size 0x10", "--batch-size: 0x10 is not a decimal integer");
@@ -920,6 +921,25 @@ TEST(StopSignals, SecondStopRule) {
   lenet::engine::StopRecord stop;
   EXPECT_FALSE(lenet::engine::take_stop(stop, SIGINT, 0));
   EXPECT_TRUE(lenet::engine::take_stop(stop, SIGINT, lenet::engine::kSameInterruptNs + 1));
+  // An interrupt that finds the first one's time not stored yet came with it, whatever the clock says.
+  lenet::engine::StopRecord racing;
+  racing.signal = SIGINT;
+  EXPECT_FALSE(lenet::engine::take_stop(racing, SIGINT, 5 * lenet::engine::kSameInterruptNs));
+}
+
+// While the handler runs, the other two stop signals wait (blocked), in the thread that takes it.
+TEST(StopSignals, HandlerBlocksTheOtherStopSignals) {
+  constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction saved[3] {};
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(sigaction(kSignals[i], nullptr, &saved[i]), 0);
+  lenet::engine::install_stop_handlers([](int) {});
+  for (const int signal : kSignals) {
+    struct sigaction installed {};
+    ASSERT_EQ(sigaction(signal, nullptr, &installed), 0);
+    for (const int other : kSignals) EXPECT_EQ(sigismember(&installed.sa_mask, other), 1) << signal << " " << other;
+    EXPECT_NE(installed.sa_flags & SA_RESTART, 0) << signal;
+  }
+  for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &saved[i], nullptr);
 }
 
 // Two signals taken at the same moment by two threads (an OpenMP worker takes one the main thread's

@@ -418,6 +418,22 @@ TEST(Model, WeightsAreStreamZeroDrawnInLayoutOrder) {
 }
 
 // torch.argmax's rule: the first of equal maxima. The CPU and GPU accuracy counts both use it.
+TEST(Model, FloatAndDoubleModelsStartFromTheSameValues) {
+  const std::vector<float> f = init_parameters<float>(3);
+  const std::vector<double> d = init_parameters<double>(3);
+  ASSERT_EQ(d.size(), f.size());
+  for (size_t i = 0; i < f.size(); ++i) ASSERT_EQ(d[i], double(f[i])) << "parameter " << i;
+}
+
+TEST(Model, SgdUpdateMovesEveryParameter) {
+  std::vector<float> w = {1, 1, 1};
+  sgd_update(w.data(), std::vector<float>{1, 2, 3}.data(), w.size(), 0.5f);
+  EXPECT_EQ(w, (std::vector<float>{0.5f, 0.0f, -0.5f}));
+  std::vector<double> wd = {1, 1, 1};
+  sgd_update(wd.data(), std::vector<double>{1, 2, 3}.data(), wd.size(), 0.5);
+  EXPECT_EQ(wd, (std::vector<double>{0.5, 0.0, -0.5}));
+}
+
 TEST(Model, ArgmaxTakesTheFirstOfEqualMaxima) {
   const float tie[] = {1.0f, 3.0f, 3.0f, 0.0f}, flat[] = {0.5f, 0.5f, 0.5f};
   EXPECT_EQ(argmax_row(tie, 4), 1);

@@ -197,6 +197,45 @@ TEST(Rng, NormalHasUnitMoments) {
   EXPECT_NEAR(stddev, 1.0, 0.01);
 }
 
+// SplitMix64's finaliser undone (each xorshift and each odd multiplier is invertible mod 2^64): a seed
+// whose first draw on stream 0 is any value chosen, for the edges that no seed found by chance reaches
+// (about 2^-64 or 2^-53 a draw). The constants are the published algorithm's; the test checks the draw.
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+uint64_t splitmix_finaliser(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+uint64_t undo_xorshift(uint64_t y, int k) {  // z from y = z ^ (z >> k)
+  uint64_t z = y;
+  for (int s = k; s < 64; s += k) z ^= y >> s;
+  return z;
+}
+uint64_t inverse_mod_2_64(uint64_t odd) {  // Newton's iteration: each step doubles the correct low bits
+  uint64_t x = odd;
+  for (int i = 0; i < 6; ++i) x *= 2 - odd * x;
+  return x;
+}
+uint64_t undo_finaliser(uint64_t z) {
+  z = undo_xorshift(z, 31) * inverse_mod_2_64(0x94D049BB133111EBull);
+  z = undo_xorshift(z, 27) * inverse_mod_2_64(0xBF58476D1CE4E5B9ull);
+  return undo_xorshift(z, 30);
+}
+uint64_t seed_whose_first_draw_is(uint64_t draw) {
+  const uint64_t state = undo_finaliser(draw) - kGolden;  // before the first draw adds the Weyl constant
+  return undo_finaliser(state ^ splitmix_finaliser(1));    // stream 0's part of the state: finaliser(0 * golden + 1)
+}
+
+TEST(Rng, EdgeDrawsAreKeptOrRejectedAsTheyShouldBe) {
+  const uint64_t n = (uint64_t{1} << 63) + 1, lowest_kept = (uint64_t{1} << 63) - 1;  // 2^64 mod n
+  ASSERT_EQ(Rng(seed_whose_first_draw_is(lowest_kept), 0).next_u64(), lowest_kept) << "SplitMix64 undone wrongly";
+  EXPECT_EQ(Rng(seed_whose_first_draw_is(lowest_kept), 0).below(n), lowest_kept);  // kept, not drawn again
+  EXPECT_NE(Rng(seed_whose_first_draw_is(lowest_kept - 1), 0).below(n), lowest_kept - 1);  // rejected
+  // A draw whose top 53 bits are all 0 is the smallest uniform_open0, 2^-53 and not 0: normal() stays finite.
+  EXPECT_EQ(Rng(seed_whose_first_draw_is(5), 0).uniform_open0(), 0x1p-53);
+  EXPECT_TRUE(std::isfinite(Rng(seed_whose_first_draw_is(5), 0).normal()));
+}
+
 TEST(Rng, StreamsAreIndependent) {
   // Stream 0 initialises parameters and 1 + e shuffles epoch e: they must not share values.
   Rng a(42, 0), b(42, 1), c(43, 0);
