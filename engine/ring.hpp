@@ -1,7 +1,8 @@
 // Data-parallel plumbing that does not depend on where it runs: the split of a minibatch over replicas,
-// the ring allreduce schedule and the order of its operations on per-replica streams. The CPU backend
-// executes the schedule with memory copies (ring_allreduce_host); the CUDA graph mode enqueues it
-// (enqueue_ring) as peer copies and add kernels ordered by events (cuda_ring.hpp).
+// the batches an evaluation walks, the ring allreduce schedule and the order of its operations on
+// per-replica streams. The CPU backend executes the schedule with memory copies (ring_allreduce_host);
+// the CUDA graph mode enqueues it (enqueue_ring) as peer copies and add kernels ordered by events
+// (cuda_ring.hpp).
 #pragma once
 #include <cstddef>
 #include <string>

@@ -440,8 +440,9 @@ TEST_F(BenchTool, StopDuringTheFirstRowWritesNothing) {
   // 2048 steps in all: seconds, where the signal comes within a tenth of a second of the row's start.
   const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1,2 "
                           "--train-limit 8192 --batch-size 16 --test-limit 64 --epochs 3 --json '" + json +
-                          "' >/dev/null 2>'" + err + "' & pid=$!; while kill -0 $pid 2>/dev/null && ! grep -q 'cpu R=1' '" + err +
-                          "' 2>/dev/null; do sleep 0.05; done; kill -TERM $pid; wait $pid; exit $?";
+                          "' >/dev/null 2>'" + err + "' & pid=$!; "
+                          "while kill -0 $pid 2>/dev/null && ! grep -q 'cpu R=1' '" + err + "' 2>/dev/null; "
+                          "do sleep 0.05; done; kill -TERM $pid; wait $pid; exit $?";
   const int raw = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(raw));
   EXPECT_EQ(WEXITSTATUS(raw), 143) << lenet::testing::slurp(err);
