@@ -945,7 +945,9 @@ TEST(StopSignals, HandlerBlocksTheOtherStopSignals) {
 // Two signals taken at the same moment by two threads (an OpenMP worker takes one the main thread's
 // handler blocks): one of them is the first stop, the other the second, every time. The threads meet
 // before and after each pair of calls, spinning (then yielding, on one core) so that the calls overlap:
-// a load and a store in place of the compare-exchange lose this about every other round here.
+// a load and a store in place of the compare-exchange lose this about every other round on an idle
+// two-core machine. Only overlapping calls show that fault: on a busy machine, where the threads seldom
+// run at once, a mutation run saw no wrong round in 20,000 (profiling/results/2026-12-05-cpu-2core, S06).
 TEST(StopSignals, TwoThreadsAtOnceMakeOneFirstStop) {
   constexpr int kRounds = 20000;
   lenet::engine::StopRecord stop;
