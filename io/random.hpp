@@ -38,13 +38,15 @@ class Rng {
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
 
- private:
+  // The Weyl constant and the bijective finaliser (public for the tests, which undo them).
   static constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
   static uint64_t mix(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   }
+
+ private:
   uint64_t state_;
 };
 

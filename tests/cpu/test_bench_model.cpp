@@ -382,6 +382,16 @@ std::string ignored_stop_signal() {
   return "";
 }
 
+// lenet-bench run with `args` in the background, its stderr into `err`, until its progress names `row`;
+// then the shell runs `kill` (the bench's pid in $pid) and waits for it. Returns its exit status.
+int bench_stopped_at(const std::string& row, const std::string& args, const std::string& err, const std::string& kill) {
+  const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' " + args + " 2>'" + err +
+                          "' & pid=$!; while kill -0 $pid 2>/dev/null && ! grep -q '" + row + "' '" + err +
+                          "' 2>/dev/null; do sleep 0.05; done; " + kill + "; wait $pid; exit $?";
+  const int raw = std::system(cmd.c_str());
+  return WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+}
+
 TEST_F(BenchTool, StopKeepsTheRowsMeasuredBeforeIt) {
   if (const std::string ignored = ignored_stop_signal(); !ignored.empty()) GTEST_SKIP() << ignored;
   const std::string json = (dir_ / "r.json").string(), err = (dir_ / "err").string(), out = (dir_ / "out").string();
@@ -390,12 +400,9 @@ TEST_F(BenchTool, StopKeepsTheRowsMeasuredBeforeIt) {
   // has its handlers (it then dies of it, with nothing written).
   auto run_stopped = [&](const std::string& kill, const std::string& sizes = "--train-limit 2048 --batch-size 1024") {
     std::filesystem::remove(err);
-    const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1,2,3,4 " +
-                            sizes + " --test-limit 64 --epochs 2 --json '" + json + "' >'" + out +
-                            "' 2>'" + err + "' & pid=$!; while kill -0 $pid 2>/dev/null && ! grep -q 'cpu R=2' '" + err +
-                            "' 2>/dev/null; do sleep 0.05; done; " + kill + "; wait $pid; exit $?";
-    const int raw = std::system(cmd.c_str());
-    return WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    const std::string args = "--modes cpu --replicas 1,2,3,4 " + sizes + " --test-limit 64 --epochs 2 --json '" + json +
+                             "' >'" + out + "'";
+    return bench_stopped_at("cpu R=2", args, err, kill);
   };
   ASSERT_EQ(run_stopped("kill -TERM $pid"), 143) << lenet::testing::slurp(err);
   const nlohmann::json j = nlohmann::json::parse(lenet::testing::slurp(json));
@@ -438,14 +445,12 @@ TEST_F(BenchTool, StopDuringTheFirstRowWritesNothing) {
   const std::string json = (dir_ / "r.json").string(), err = (dir_ / "err").string();
   std::ofstream(json) << "old result\n";
   // 2048 steps in all: seconds, where the signal comes within a tenth of a second of the row's start.
-  const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu --replicas 1,2 "
-                          "--train-limit 8192 --batch-size 16 --test-limit 64 --epochs 3 --json '" + json +
-                          "' >/dev/null 2>'" + err + "' & pid=$!; "
-                          "while kill -0 $pid 2>/dev/null && ! grep -q 'cpu R=1' '" + err + "' 2>/dev/null; "
-                          "do sleep 0.05; done; kill -TERM $pid; wait $pid; exit $?";
-  const int raw = std::system(cmd.c_str());
-  ASSERT_TRUE(WIFEXITED(raw));
-  EXPECT_EQ(WEXITSTATUS(raw), 143) << lenet::testing::slurp(err);
+  EXPECT_EQ(bench_stopped_at("cpu R=1",
+                             "--modes cpu --replicas 1,2 --train-limit 8192 --batch-size 16 --test-limit 64 --epochs 3 "
+                             "--json '" + json + "' >/dev/null",
+                             err, "kill -TERM $pid"),
+            143)
+      << lenet::testing::slurp(err);
   EXPECT_EQ(lenet::testing::slurp(err),
             "lenet-bench: cpu R=1\nlenet-bench: stopped by signal 15 before a row was measured; nothing written\n");
   EXPECT_EQ(lenet::testing::slurp(json), "old result\n");
@@ -458,14 +463,15 @@ TEST_F(BenchTool, StopDuringTheFirstRowWritesNothing) {
 TEST_F(BenchTool, CpuRowsTrainWhatLenetTrainTrains) {
   const std::string data = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' ";
   const std::string sizes = "--train-limit 2048 --test-limit 512 --batch-size 32 --seed 7 ";  // 64 steps an epoch
-  const std::string json = (dir_ / "r.json").string(), out = (dir_ / "out").string();
+  // Not "out" and "err": run() writes lenet-train's there.
+  const std::string json = (dir_ / "r.json").string(), out = (dir_ / "table.md").string();
   const std::string metrics = (dir_ / "m.jsonl").string();
   ASSERT_EQ(std::system((data + "'" LENET_BENCH_EXE "' --modes cpu --replicas 1,2 " + sizes + "--epochs 1 --json '" +
                          json + "' --markdown - >'" + out + "' 2>/dev/null").c_str()),
             0);
-  ASSERT_EQ(std::system((data + "'" LENET_TRAIN_EXE "' --backend cpu --quiet --replicas 2 " + sizes +
-                         "--epochs 2 --metrics '" + metrics + "' >/dev/null 2>&1").c_str()),
-            0);
+  const lenet::testing::Result trained_run =
+      run("--backend cpu --quiet --replicas 2 " + sizes + "--epochs 2 --metrics '" + metrics + "'");
+  ASSERT_EQ(trained_run.status, 0) << trained_run.err;
   const nlohmann::json j = nlohmann::json::parse(lenet::testing::slurp(json));
   ASSERT_EQ(j["rows"].size(), 2u);
   ASSERT_EQ(j["rows"][1]["name"], "cpu R=2");

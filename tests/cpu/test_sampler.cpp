@@ -199,13 +199,7 @@ TEST(Rng, NormalHasUnitMoments) {
 
 // SplitMix64's finaliser undone (each xorshift and each odd multiplier is invertible mod 2^64): a seed
 // whose first draw on stream 0 is any value chosen, for the edges that no seed found by chance reaches
-// (about 2^-64 or 2^-53 a draw). The constants are the published algorithm's; the test checks the draw.
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-uint64_t splitmix_finaliser(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+// (about 2^-64 or 2^-53 a draw). The test checks the draw.
 uint64_t undo_xorshift(uint64_t y, int k) {  // z from y = z ^ (z >> k)
   uint64_t z = y;
   for (int s = k; s < 64; s += k) z ^= y >> s;
@@ -222,8 +216,8 @@ uint64_t undo_finaliser(uint64_t z) {
   return undo_xorshift(z, 30);
 }
 uint64_t seed_whose_first_draw_is(uint64_t draw) {
-  const uint64_t state = undo_finaliser(draw) - kGolden;  // before the first draw adds the Weyl constant
-  return undo_finaliser(state ^ splitmix_finaliser(1));    // stream 0's part of the state: finaliser(0 * golden + 1)
+  const uint64_t state = undo_finaliser(draw) - Rng::kGolden;  // before the first draw adds the Weyl constant
+  return undo_finaliser(state ^ Rng::mix(1));                   // stream 0's part: mix(0 * golden + 1)
 }
 
 TEST(Rng, EdgeDrawsAreKeptOrRejectedAsTheyShouldBe) {
