@@ -140,7 +140,8 @@ class GpuCheckSteps(unittest.TestCase):
         return {m.group(1): int(m.group(2)) for m in re.finditer(r"^=== (.+) \(limit (\d+)s\)", stdout, re.M)}
 
     def test_gpu_tests_leave_the_sanitizer_its_time(self):
-        for budget, most in ((420, 240), (300, 120)):  # 420 - 180 s, at most 240; 300 - 180 s, at least 120
+        # 420 - 180 s, at most 240; 300 - 180 s, at least 120; 1000 - 180 s, at most 240 (G51)
+        for budget, most in ((420, 240), (300, 120), (1000, 240)):
             with self.subTest(budget=budget):
                 proc, summary, calls = self.run_check(budget)
                 limit = self.limits(proc.stdout)["gpu tests"]
@@ -162,13 +163,16 @@ class GpuCheckSteps(unittest.TestCase):
         sanitized = [c for c in calls if c.startswith("compute-sanitizer ")]
         self.assertEqual(len(sanitized), 5, calls)
         self.assertIn("test_gpu_probe --gtest_filter=CudaProbe.DeviceAnswersAndIsUsable", sanitized[0])
+        self.assertIn("--error-exitcode 99", sanitized[0])  # G52: the probe's errors found are its failure
         for call in sanitized[1:]:
             self.assertIn("--error-exitcode 99", call)
             self.assertIn("lenet-train --backend cuda --mode", call)
+            self.assertIn(" --num-gpus 1 --replicas 2 ", call)  # G54: two replicas sharing GPU 0
             self.assertEqual("--kernel-name kns=lenet" in call, "racecheck" in call, call)
         # Each run's program was started (the sanitizer ran it).
         self.assertEqual(sum(c.startswith("engine/lenet-train --backend cuda") for c in calls), 4, calls)
         self.assertIn("- exit status: 0 (every step passed)", summary)
+        self.assertIn("- one GPU: peer copies", summary)
 
     def test_a_sanitizer_that_refuses_the_device_is_one_line_and_no_runs(self):
         proc, summary, calls = self.run_check(420, SANITIZER_EXIT="255", SANITIZER_EXIT_ON="test_gpu_probe")
@@ -260,12 +264,14 @@ class GpuCheckSteps(unittest.TestCase):
         [row] = [l for l in summary.splitlines() if l.startswith("| sanitizer probe |")]
         self.assertEqual(row.count("|"), 3, row)
 
-    def test_a_killed_run_is_timed_out(self):  # G10
-        proc, summary, calls = self.run_check(420, SANITIZER_EXIT="137",
-                                              SANITIZER_EXIT_ON="memcheck --error-exitcode 99 --report-api-errors no")
-        results = self.results(summary)
-        self.assertEqual(results["sanitizer memcheck graph"], "timed out")
-        self.assertEqual(results["sanitizer racecheck graph"], "ok")
+    def test_a_killed_run_is_timed_out(self):  # G10, G50: timeout's 124 and a kill's 137
+        for code in ("124", "137"):
+            with self.subTest(code=code):
+                proc, summary, calls = self.run_check(420, SANITIZER_EXIT=code, SANITIZER_EXIT_ON="memcheck "
+                                                      "--error-exitcode 99 --report-api-errors no")
+                results = self.results(summary)
+                self.assertEqual(results["sanitizer memcheck graph"], "timed out")
+                self.assertEqual(results["sanitizer racecheck graph"], "ok")
 
     def test_sanitizer_runs_share_what_is_left(self):  # G23, G26
         for budget in (420, 1000):
@@ -280,6 +286,11 @@ class GpuCheckSteps(unittest.TestCase):
                 else:
                     self.assertEqual(runs, [150] * 4)
 
+    def test_sanitizer_runs_get_at_least_30_s(self):  # G53: about 95 s left in four shares is under 30 s each
+        proc, summary, calls = self.run_check(100, LENET_CHECK_PHASES="sanitizers")
+        limits = self.limits(proc.stdout)
+        self.assertEqual(limits["sanitizer memcheck graph"], 30, proc.stdout)
+
     def test_experiment_uses_two_gpus_and_the_epochs(self):  # G28, G29
         with open(os.path.join(self.cuda, "bin", "nvidia-smi"), "a") as f:  # a second GPU
             f.write('[[ $1 == -L ]] && echo "GPU 1: NVIDIA H200 (UUID: GPU-1)"\n')
@@ -288,11 +299,15 @@ class GpuCheckSteps(unittest.TestCase):
         self.assertEqual(len(runs), 4, calls)
         for call in runs:
             self.assertIn("--epochs 2 ", call)
+        for call in [c for c in runs if "-r1.jsonl" in c]:  # G59: one replica on one GPU
+            self.assertIn("--num-gpus 1 --epochs 2 ", call)
         r2 = [c for c in runs if "-r2.jsonl" in c]
         self.assertEqual(len(r2), 2, runs)
         for call in r2:
             self.assertIn("--num-gpus 2 ", call)
             self.assertNotIn("--replicas", call)
+        self.assertIn("- GPU: NVIDIA H200 x 2,", summary)
+        self.assertNotIn("- one GPU", summary)  # G55
 
 
 class GpuCheckSummary(unittest.TestCase):
@@ -308,12 +323,18 @@ class GpuCheckSummary(unittest.TestCase):
             for mode, s in (("naive", 1.6384), ("graph", 0.8192)):  # 6 s and 3 s a 60,000-example epoch
                 with open(os.path.join(d, "sweep", f"{mode}-b256-r2.jsonl"), "w") as f:
                     f.write(json.dumps(dict(line, mode=mode, epoch=1, epoch_seconds=s)) + "\n")
+            with open(os.path.join(d, "sweep", "naive-b64-r1.jsonl"), "w") as f:  # G60: its graph run is missing
+                f.write(json.dumps(dict(line, mode="naive", batch_size=64, replicas=1, epoch=1, epoch_seconds=1.6384))
+                        + "\n")
             with open(os.path.join(d, "naive-r2.jsonl"), "w") as f:
-                for e, s in ((1, 1.0), (2, 3.0)):
-                    f.write(json.dumps(dict(line, mode="naive", epoch=e, epoch_seconds=s)) + "\n")
+                for e, s, n in ((1, 1.0, 1000), (2, 3.0, 3000)):  # G58: the means of both epochs
+                    f.write(json.dumps(dict(line, mode="naive", epoch=e, epoch_seconds=s, examples_per_second=n))
+                            + "\n")
+                f.write('{"epoch": 3, "epoch_sec')  # G56: a run stopped by its time limit while writing
             out = subprocess.run(["python3", "-", d], input=code, capture_output=True, text=True, timeout=60).stdout
         self.assertIn("| 256 | 2 | 6.000 | 3.000 | 2.00 |", out)
-        self.assertIn("| naive-r2.jsonl | cuda | naive | 2 | cuda:0,cuda:0 | 2 | 0.8000 | 0.5000 | 2.000 | 1000 |", out)
+        self.assertIn("| 64 | 1 | 6.000 | - | - |", out)
+        self.assertIn("| naive-r2.jsonl | cuda | naive | 2 | cuda:0,cuda:0 | 2 | 0.8000 | 0.5000 | 2.000 | 2000 |", out)
 
 
 if __name__ == "__main__":

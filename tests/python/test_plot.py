@@ -144,6 +144,18 @@ class PlotErrors(unittest.TestCase):
             os.mkfifo(os.path.join(d, "pipe.json"))
             self.assertIn("no usable input", self.assert_one_line_error(run_plot("--out", os.path.join(d, "o"), d), 1))
 
+    def test_words_after_a_double_dash_are_inputs(self):  # P33
+        # After "--", "--x.json" is a file's name, not a flag: named twice, it is not "given more than once".
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "--x.json"), "w") as f:
+                json.dump({"hello": "world"}, f)
+            r = subprocess.run([sys.executable, PLOT, "--out", "o", "--", "--x.json", "--x.json"], cwd=d,
+                               capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertNotIn("given more than once", r.stderr)
+            self.assertTrue(r.stderr.endswith("no usable input: no benchmark rows, metrics lines or timelines in "
+                                              "--x.json, --x.json\n"), r.stderr)
+
 
 @unittest.skipUnless(HAVE_MATPLOTLIB, "matplotlib is not importable (apt-get install python3-matplotlib)")
 class PlotSample(unittest.TestCase):
@@ -295,6 +307,14 @@ class PlotSample(unittest.TestCase):
             self.assert_png(os.path.join(d, "out", "accuracy.png"))
             self.assert_png(os.path.join(d, "out", "seconds_per_epoch.png"))
 
+    def test_an_earlier_plot_that_is_a_broken_link_is_named(self):  # P64
+        with tempfile.TemporaryDirectory() as d:
+            os.symlink(os.path.join(d, "gone.png"), os.path.join(d, "accuracy.png"))
+            r = run_plot("--out", d, os.path.join(SAMPLE, "timeline-naive.json"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stderr, f"plot.py: {os.path.join(d, 'accuracy.png')}: from an earlier run (nothing to "
+                                       "draw it from here); left as it is\n")
+
 
 class PlotModule(unittest.TestCase):
     """plot.py imported as a module (it imports matplotlib only to draw)."""
@@ -414,6 +434,77 @@ class Reading(PlotModule):
                 self.plot.input_files([d])
             self.assertEqual(str(raised.exception), f"{os.path.join(d, 'sub')}: cannot read the folder (Permission denied)")
 
+    def test_a_folder_is_read_in_name_order(self):  # P37
+        # Whatever order the file system lists them in: a later row replaces an earlier one (seconds_table).
+        with tempfile.TemporaryDirectory() as d:
+            for name in ("a.json", "b.json", "c.jsonl"):
+                open(os.path.join(d, name), "w").close()
+            real = os.scandir
+            class Reversed:  # os.scandir's iterator and context manager, its entries in reverse order of name
+                def __init__(self, path):
+                    with real(path) as it:
+                        self.entries = iter(sorted(it, key=lambda e: e.name, reverse=True))
+                def __iter__(self):
+                    return self.entries
+                def __next__(self):
+                    return next(self.entries)
+                def __enter__(self):
+                    return self
+                def __exit__(self, *exc):
+                    return False
+            def scandir(path="."):
+                return Reversed(path)
+            with mock.patch("os.scandir", scandir):
+                files = self.plot.input_files([d])
+            self.assertEqual([os.path.basename(f) for f in files], ["a.json", "b.json", "c.jsonl"])
+
+    def test_a_file_not_in_utf8_is_one_error(self):  # P38
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "m.jsonl")
+            with open(path, "wb") as f:
+                f.write(b'{"epoch": 1, "test_acc": 0.5, "mode": "\xff"}\n')
+            with self.assertRaises(self.plot.PlotError) as raised:
+                self.plot.parse_file(path)
+            self.assertTrue(str(raised.exception).startswith(f"{path}: cannot read ("), str(raised.exception))
+
+    def test_a_broken_document_of_several_lines_is_one_error_for_the_whole(self):  # P40
+        # Not JSON Lines either: the error is the document's (its line and column), not its first line's.
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "rows.json")
+            with open(path, "w") as f:
+                f.write('{\n  "rows": [\n    {"name": "x",, "seconds_per_epoch": 1}\n  ]\n}\n')
+            with self.assertRaises(self.plot.PlotError) as raised:
+                self.plot.parse_file(path)
+            self.assertEqual(str(raised.exception),
+                             f"{path}: unreadable JSON (Expecting property name enclosed in double quotes: "
+                             "line 3 column 18 (char 31))")
+
+    @unittest.skipIf(getattr(sys, "get_int_max_str_digits", lambda: 0)() in (0, None), "no limit on digits")
+    def test_a_whole_last_line_without_newline_is_not_cut_off(self):  # P39
+        # A number of too many digits is an error of the line (as with its newline), not a write cut short.
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "m.jsonl")
+            with open(path, "w") as f:
+                f.write('{"epoch": 1, "test_acc": 0.5}\n{"epoch": 2, "test_acc": ' + "1" * 5000 + "}")
+            with contextlib.redirect_stderr(io.StringIO()) as said, self.assertRaises(self.plot.PlotError) as raised:
+                self.plot.parse_file(path)
+            self.assertTrue(str(raised.exception).startswith(f"{path}:2: unreadable JSON ("), str(raised.exception))
+            self.assertEqual(said.getvalue(), "")
+
+    def test_what_a_benchmark_row_is(self):  # P41, P42, P43
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "rows.json")
+            with open(path, "w") as f:
+                json.dump([{"name": "accuracies only", "test_acc_per_epoch": [0.5, 0.6]},
+                           {"impl": "no name", "replicas": 1, "seconds_per_epoch": 1.0},
+                           {"other": 1}, {"other": 2}], f)
+            with contextlib.redirect_stderr(io.StringIO()) as said:
+                bench, metrics, timelines = self.plot.load([path])
+            self.assertEqual([r.get("name") or r.get("impl") for _, r in bench], ["accuracies only", "no name"])
+            # Two records that are none of these: one line for the file.
+            self.assertEqual(said.getvalue(), "plot.py: skipped what is not a benchmark row, metrics line or timeline "
+                                              f"in {path}\n")
+
 
 class AccuracySeries(PlotModule):
     """plot.py's grouping of test accuracies into lines."""
@@ -487,6 +578,9 @@ class AccuracySeries(PlotModule):
         self.assertEqual([f(x) for x in (0.00004, 1.5e-5, 0.0512, 3.04, 12345.0)],
                          ["0.0000400", "0.0000150", "0.0512", "3.04", "12300"])
 
+    def test_three_digits_without_a_trailing_point(self):  # P36
+        self.assertEqual([self.plot.three_digits(x) for x in (100.0, 999.0, 5.0)], ["100", "999", "5.00"])
+
     def test_each_file_read_once(self):
         files = self.plot.input_files([SAMPLE, os.path.join(SAMPLE, "timeline-graph.json")])
         self.assertEqual(len(files), len(set(os.path.realpath(f) for f in files)))
@@ -516,6 +610,44 @@ class AccuracySeries(PlotModule):
         # Where all lines agree, no setting is named.
         self.assertEqual([label for label, _, _ in self.plot.accuracy_series([("a.json", row)], two(line))],
                          ["lenet-dp cpu R=1", "cpu R=1"])
+
+    def test_control_characters_are_escaped(self):  # P31
+        self.assertEqual(self.plot.one_line("a\x7fb\x1fc\x80d\xa0e"), "a\\x7fb\\x1fc\\xc2\\x80d\xa0e")
+
+    def test_a_run_ends_with_its_file_or_its_configuration(self):  # P44, P46
+        line = {"backend": "cpu", "mode": "cpu", "replicas": 1, "lr": 0.2, "test_acc": 0.5}
+        runs = self.plot.metrics_runs([("a.jsonl", dict(line, epoch=1)), ("a.jsonl", dict(line, epoch=2)),
+                                       ("b.jsonl", dict(line, epoch=3)), ("b.jsonl", dict(line, epoch=4, lr=0.1))])
+        self.assertEqual([(r["path"], r["epochs"]) for r in runs],
+                         [("a.jsonl", [1, 2]), ("b.jsonl", [3]), ("b.jsonl", [4])])
+
+    def test_accuracies_from_0_to_1_are_drawn(self):  # P45
+        metrics = [("m.jsonl", {"epoch": e, "test_acc": a}) for e, a in ((1, 0), (2, 0.0), (3, 1))]
+        with contextlib.redirect_stderr(io.StringIO()) as said:
+            self.assertEqual(self.plot.accuracy_series([], metrics), [("? R=?", [1, 2, 3], [0, 0.0, 1])])
+        self.assertEqual(said.getvalue(), "")
+
+    def test_a_row_is_named_by_its_name_and_counts_epochs_from_1(self):  # P48, P49
+        row = {"name": "lenet-dp naive R=2", "impl": "lenet-dp", "mode": "naive", "test_acc_per_epoch": [0.5, 0.6, 0.7]}
+        self.assertEqual(self.plot.accuracy_series([("b.json", row)], []),
+                         [("lenet-dp naive R=2", [1, 2, 3], [0.5, 0.6, 0.7])])
+
+    def test_labels_equal_in_one_file_are_numbered(self):  # P47
+        row = {"name": "x", "test_acc_per_epoch": [0.5, 0.6]}
+        series = self.plot.accuracy_series([("b.json", row), ("b.json", dict(row, test_acc_per_epoch=[0.5, 0.7]))], [])
+        self.assertEqual([label for label, _, _ in series], ["x [b] #1", "x [b] #2"])
+
+    def test_the_training_set_size_does_not_name_accuracy_lines(self):  # P50
+        # Metrics lines do not record it: a row that does is not another configuration for that.
+        row = {"name": "lenet-dp cpu R=1", "train_examples": 60000, "test_acc_per_epoch": [0.1, 0.5]}
+        metrics = [("m.jsonl", {"backend": "cpu", "replicas": 1, "epoch": e, "test_acc": 0.4}) for e in (1, 2)]
+        self.assertEqual([label for label, _, _ in self.plot.accuracy_series([("a.json", row)], metrics)],
+                         ["lenet-dp cpu R=1", "cpu R=1"])
+
+    def test_settings_that_differ_are_told_apart(self):  # P51
+        row = {"name": "x", "test_acc_per_epoch": [0.1, 0.5]}
+        series = self.plot.accuracy_series([("a.json", dict(row, lr=0.1)), ("b.json", dict(row, lr=0.10000001))], [])
+        self.assertEqual([label for label, _, _ in series], ["x lr=0.1", "x lr=0.10000001"])
 
 
 class SecondsSeries(PlotModule):
@@ -562,6 +694,23 @@ class SecondsSeries(PlotModule):
         # Rows all on one kind of device keep their names.
         self.assertEqual(list(self.plot.seconds_table([("a.json", peer), ("c.json", ours)])),
                          ["pytorch-textbook", "lenet-dp cpu"])
+
+    def test_rows_without_a_time_are_left_out(self):  # P35, P53, P54
+        row = {"name": "x", "impl": "lenet-dp", "mode": "cpu", "replicas": 1}
+        for seconds in (0, json.loads("Infinity"), -1.0):
+            with self.subTest(seconds=seconds), contextlib.redirect_stderr(io.StringIO()) as said:
+                self.assertEqual(self.plot.seconds_table([("a.json", dict(row, seconds_per_epoch=seconds))]), {})
+            self.assertIn(f'a.json: row "x": seconds_per_epoch {json.dumps(seconds)} is not a time', said.getvalue())
+        # A row of accuracies only is no seconds row, and not an error.
+        with contextlib.redirect_stderr(io.StringIO()) as said:
+            self.assertEqual(self.plot.seconds_table([("a.json", dict(row, test_acc_per_epoch=[0.5]))]), {})
+        self.assertEqual(said.getvalue(), "")
+
+    def test_an_empty_device_list_is_no_kind(self):  # P52
+        row = {"impl": "pytorch-textbook", "mode": "textbook", "replicas": 1, "seconds_per_epoch": 40.0}
+        self.assertIsNone(self.plot.device_kind(dict(row, devices=[])))
+        table = self.plot.seconds_table([("a.json", dict(row, devices=[])), ("b.json", dict(row, replicas=2))])
+        self.assertEqual(table, {"pytorch-textbook": {1: 40.0, 2: 40.0}})
 
 
 class SampleIsMarked(PlotModule):
@@ -653,6 +802,31 @@ class Drawing(PlotModule):
         self.assertEqual(bars, [(0, 2.0), (0, 3.0), (2.0, 0.5), (3.0, 1.5)])  # busy, then idle on top
         self.assertEqual(ax.get_ylabel(), "ms")
 
+    def test_accuracy_x_axis_holds_the_longest_line(self):  # P57, P58
+        [ax] = self.drawn(self.plot.draw_accuracy,
+                          [("a", [1, 2, 3, 4], [0.5, 0.6, 0.7, 0.8]), ("b", [1, 2], [0.5, 0.6])]).axes
+        self.assertEqual(ax.get_xlim(), (1, 4))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # limits of one epoch from 1 to 1 are a warning
+            [ax] = self.drawn(self.plot.draw_accuracy, [("a", [1], [0.5])]).axes
+        self.assertEqual(ax.get_xlim(), (1, 2))
+
+    def test_seconds_bars_side_by_side_at_their_replica_counts(self):  # P59, P60, P61
+        [ax] = self.drawn(self.plot.draw_seconds, {"x": {1: 2.0, 2: 3.0}, "y": {2: 4.0}}).axes
+        bars = [(round(p.get_x() + p.get_width() / 2, 6), round(p.get_width(), 6), p.get_height()) for p in ax.patches]
+        # Two series: bars 0.4 wide, x left of each tick, y right of it; y has no bar at R=1.
+        self.assertEqual(bars, [(-0.2, 0.4, 2.0), (0.8, 0.4, 3.0), (1.2, 0.4, 4.0)])
+        self.assertEqual([t.get_text() for t in ax.get_xticklabels()], ["R=1", "R=2"])
+
+    def test_timeline_panels_share_the_y_axis(self):  # P62, P63
+        steps = lambda ms: [{"step": 0, "busy_ms": ms, "idle_ms": 0.1}]
+        panels = self.plot.timeline_panels([("n.json", {"mode": "naive", "steps": steps(9.0)}),
+                                            ("g.json", {"mode": "graph", "steps": steps(1.0)})])
+        top, bottom = self.drawn(self.plot.draw_timeline, panels).axes
+        self.assertEqual(top.get_ylim(), bottom.get_ylim())
+        self.assertGreater(bottom.get_ylim()[1], 9.0)
+        self.assertEqual((top.get_xlabel(), bottom.get_xlabel()), ("", "step"))
+
 
 class Ordering(PlotModule):
     def test_naive_timeline_first(self):  # P16
@@ -673,6 +847,11 @@ class Ordering(PlotModule):
         line = {"backend": "cpu", "mode": "cpu", "replicas": 1, "test_acc": 0.5}
         metrics = [("m.jsonl", dict(line, epoch=e)) for e in (1, 2, 2)]
         self.assertEqual([r["epochs"] for r in self.plot.metrics_runs(metrics)], [[1, 2], [2]])
+
+    def test_timeline_steps_by_their_numbers(self):  # P55, P56
+        [panel] = self.plot.timeline_panels([("t.json", {"mode": "graph", "steps": [
+            {"step": 7, "busy_ms": 2.0, "idle_ms": 0.5}, {"step": 3, "busy_ms": 1.0, "idle_ms": 0.2}]})])
+        self.assertEqual(panel[3], [(3, 1.0, 0.2), (7, 2.0, 0.5)])
 
 
 if __name__ == "__main__":

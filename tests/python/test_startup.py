@@ -56,8 +56,13 @@ class Startup(unittest.TestCase):
 
     def test_bad_arguments_are_one_line_and_status_2(self):
         not_a_program = ": expected LABEL=PROGRAM, an executable file\n"
+        not_executable = os.path.join(self.tmp.name, "not-executable")  # S20
+        with open(not_executable, "w") as f:
+            f.write("#!/bin/sh\n")
+        os.chmod(not_executable, 0o644)
         for args, said in [(["x"], "startup.py: x" + not_a_program),
                            (["a=/nonexistent"], "startup.py: a=/nonexistent" + not_a_program),
+                           ([f"a={not_executable}"], f"startup.py: a={not_executable}" + not_a_program),
                            (["--runs", "0", "a=/bin/true"], "startup.py: --runs: must be at least 1\n"),
                            (["--runs", "x", "a=/bin/true"],
                             "startup.py: argument --runs: invalid int value: 'x' (see --help)\n"),
@@ -68,13 +73,13 @@ class Startup(unittest.TestCase):
 
 
 class StartupTable(unittest.TestCase):
-    def test_medians_peaks_and_ratios(self):
+    def table(self, argv, seconds, rss_mb):
+        """startup.main() with argv, its runs stood in for: each program's runs of a command take seconds[program][i]
+        and peak at rss_mb[program][i] (i counts its runs of that command, the untimed one first). The lines
+        printed and the commands run."""
         spec = importlib.util.spec_from_file_location("startup", SCRIPT)
         startup = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(startup)
-        # Per program and command: the untimed run first (slow, large), then three timed runs.
-        seconds = {"/a": [5.0, 0.1, 0.1, 0.1], "/b": [5.0, 0.2, 0.8, 0.2]}  # b: median 0.2, mean 0.4
-        rss_mb = {"/a": [999, 300, 300, 300], "/b": [999, 150, 200, 150]}
         calls, clock = [], [0.0]
 
         class Proc:
@@ -93,13 +98,30 @@ class StartupTable(unittest.TestCase):
         with mock.patch.object(startup.subprocess, "Popen", Proc), mock.patch.object(startup.os, "wait4", wait4), \
                 mock.patch.object(startup.os, "access", lambda path, mode: True), \
                 mock.patch.object(startup.time, "perf_counter", lambda: clock[0]), \
-                mock.patch.object(sys, "argv", ["startup.py", "--runs", "3", "a=/a", "b=/b"]), \
+                mock.patch.object(sys, "argv", ["startup.py"] + argv), \
                 contextlib.redirect_stdout(out):
             startup.main()
-        lines = out.getvalue().splitlines()
+        return out.getvalue().splitlines(), calls
+
+    def test_medians_peaks_and_ratios(self):
+        # Per program and command: the untimed run first (slow, large), then three timed runs.
+        seconds = {"/a": [5.0, 0.1, 0.1, 0.1], "/b": [5.0, 0.2, 0.8, 0.2]}  # b: median 0.2, mean 0.4
+        rss_mb = {"/a": [999, 300, 300, 300], "/b": [999, 150, 200, 150]}
+        lines, calls = self.table(["--runs", "3", "a=/a", "b=/b"], seconds, rss_mb)
         self.assertEqual(lines[2:], ["| %s | 0.100 | 300 | 0.200 | 200 | 1.00 : 2.00 |" % name
                                      for name in ("--help", "usage error", "--version", "CPU epoch of 64")])
         self.assertEqual(len(calls), 4 * 2 * (1 + 3))  # an untimed run each, then the timed ones
+
+    # Mutant IDs in comments (S20, ...): profiling/results/2026-12-05-cpu-2core/mutations-py.jsonl.
+    def test_a_markdown_table_of_programs_taking_turns(self):  # S21, S22
+        lines, calls = self.table(["--runs", "2", "a=/a", "b=/b"], {"/a": [0.1] * 3, "/b": [0.1] * 3},
+                                  {"/a": [100] * 3, "/b": [100] * 3})
+        self.assertEqual(lines[:2], ["| command | a s | a MB | b s | b MB | ratio |", "|---|---:|---:|---:|---:|---:|"])
+        self.assertEqual([argv[0] for argv in calls[:6]], ["/a", "/b"] * 3)  # the untimed runs, then turns
+
+    def test_ten_runs_by_default(self):  # S23
+        lines, calls = self.table(["a=/a"], {"/a": [0.1] * 11}, {"/a": [100] * 11})
+        self.assertEqual(len(calls), 4 * (1 + 10))
 
 
 if __name__ == "__main__":
