@@ -4,7 +4,11 @@
 // checkpoint byte for byte as it was.
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +18,7 @@
 #include <cerrno>
 #include <cfloat>
 #include <climits>
+#include <cstddef>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -518,6 +523,41 @@ TEST_F(CheckpointFiles, AnotherUsersFileInAStickyFolderIsRefusedBeforeTheRun) {
 TEST_F(CheckpointFiles, FolderWhereNoFileCanBeMadeIsRefusedBeforeTheRun) {
   EXPECT_CONTAINS(lenet::engine::replaced_file_problem("/proc/lenet-checkpoint"), "/proc/lenet-checkpoint: cannot ");
   EXPECT_EQ(lenet::engine::replaced_file_problem((dir_ / "c.safetensors").string()), "");
+  EXPECT_EQ(folder_entries(), std::vector<std::string>{});
+}
+
+// A file that may be written, in a folder where no new file can be made (the rename's new file): refused
+// before the run, for root too.
+TEST_F(CheckpointFiles, WritableFileInAFolderWhereNoFileCanBeMadeIsRefusedBeforeTheRun) {
+  EXPECT_CONTAINS(lenet::engine::replaced_file_problem("/proc/self/comm"), "/proc/self/comm: cannot ");
+}
+
+// Where the file system makes no unnamed file (O_TMPFILE fails with EOPNOTSUPP, as on some network file
+// systems; here a seccomp filter in a child process says so), the check makes a named one and removes it.
+TEST_F(CheckpointFiles, CheckWithoutUnnamedFilesLeavesNothingBehind) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const unsigned tmpfile = O_TMPFILE & ~O_DIRECTORY;  // openat's flags, args[2]: their low 32 bits come first
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_openat, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[2])),
+        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, tmpfile, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EOPNOTSUPP),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    const sock_fprog program{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0)
+      ::_exit(3);
+    if (::open(dir_.c_str(), O_TMPFILE | O_WRONLY, 0600) >= 0 || errno != EOPNOTSUPP) ::_exit(4);
+    ::_exit(lenet::engine::new_file_problem((dir_ / "c.safetensors").string()).empty() ? 0 : 5);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  if (WEXITSTATUS(status) == 3) GTEST_SKIP() << "no seccomp filter can be installed here";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "4: O_TMPFILE not refused, 5: a problem found";
   EXPECT_EQ(folder_entries(), std::vector<std::string>{});
 }
 

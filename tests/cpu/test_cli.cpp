@@ -8,6 +8,7 @@
 #include <spawn.h>
 #include <gtest/gtest.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -243,9 +244,17 @@ TEST_F(Cli, MissingDataExits1AndSaysHowToGetIt) {
 TEST(OneLine, EscapesControlCharactersAndKeepsTheRestOfUtf8) {
   using lenet::engine::one_line;
   EXPECT_EQ(one_line("a\nb\tc\rd\x1b[2J\x7f\x01"), "a\\nb\\tc\\rd\\x1b[2J\\x7f\\x01");
+  EXPECT_EQ(one_line("\x1f\x20"), "\\x1f ");  // the last C0 control, and the first byte that is none
   EXPECT_EQ(one_line("csi \xc2\x9b" "31m, nel \xc2\x85, end \xc2"), "csi \\xc2\\x9b31m, nel \\xc2\\x85, end \xc2");
   const std::string utf8 = "na\xc3\xafve \xc5\x9b \xc2\xa0\xe2\x82\xac \xf0\x9f\x98\x80";  // ï ś NBSP € 😀
   EXPECT_EQ(one_line(utf8), utf8);
+}
+
+// A stream that fails without an errno (here one with no buffer to write into): the message makes up no
+// reason ("Success").
+TEST(OneLine, AWriteThatFailsWithoutAnErrnoGivesNoReason) {
+  std::ostream nowhere(nullptr);
+  EXPECT_EQ(lenet::engine::write_all(nowhere, "x\n", "stdout"), "stdout: write failed");
 }
 
 // A newline or a terminal's escape sequence in a name or a flag's value is shown escaped: every message
@@ -644,10 +653,14 @@ TEST_F(Cli, ResumeMendsARecordCutShort) {
   const std::string common = "--backend cpu --quiet --batch-size 64 --train-limit 128 --test-limit 64 --metrics '" + metrics + "' ";
   ASSERT_EQ(run(common + "--epochs 1 --save '" + ckpt + "'").status, 0);
   const std::string first = lenet::testing::slurp(metrics);
+  std::string many;  // whole records over more than one 64 KiB piece: only the last line is read
+  while (many.size() < 150000) many += first;
+  const int whole = static_cast<int>(std::count(many.begin(), many.end(), '\n'));
   const std::string removed = "its last line was a record cut short (a failed write); removed it (that epoch keeps no "
                               "record where the checkpoint has it as done: the resumed run does not train it again)";
   for (const auto& [content, said, records] : std::vector<std::tuple<std::string, std::string, int>>{
            {first + "{\"epoch\": 2, \"train_lo", removed, 3},
+           {many + "{\"epoch\": 2, \"train_lo", removed, whole + 2},
            {first + "{" + std::string(100000, 'x'), removed, 3},
            {"{\"epo", removed, 2},  // the interrupted run's first record cut short
            {first + "{\"epoch\": 2}", "its last record lacked its newline; added it", 4}}) {
@@ -1423,6 +1436,125 @@ TEST_F(Cli, MetricsIntoTheFileStderrWritesByItsName) {
   }
   EXPECT_EQ(records, 2) << r.err;
   EXPECT_EQ(progress, 2) << r.err;
+}
+
+// --metrics naming by another name (/dev/fd/1) the pipe or the socket stdout writes (a second open of a
+// socket fails): the records go through stdout, which holds them alone, and the final line goes to stderr.
+TEST_F(Cli, MetricsIntoThePipeOrSocketStdoutWritesByAnotherName) {
+  const std::string out = (dir_ / "out").string(), err = (dir_ / "err").string();
+  const std::string command = "LENET_DATA_DIR='" + data_dir_ + "' '" LENET_TRAIN_EXE "' --backend cpu --quiet "
+                              "--epochs 2 --train-limit 64 --test-limit 64 --metrics /dev/fd/1 2>" + quoted(err);
+  auto expect_records_alone = [&](const std::string& text) {
+    std::istringstream in(text);
+    int n = 0;
+    for (std::string line; std::getline(in, line);) {
+      ASSERT_TRUE(nlohmann::json::accept(line)) << text;
+      EXPECT_EQ(nlohmann::json::parse(line)["epoch"], ++n) << text;
+    }
+    EXPECT_EQ(n, 2) << text;
+    EXPECT_EQ(lenet::testing::slurp(err).rfind("test acc: ", 0), 0u) << lenet::testing::slurp(err);
+  };
+  ASSERT_EQ(std::system((command + " | cat >" + quoted(out)).c_str()), 0) << lenet::testing::slurp(err);
+  expect_records_alone(lenet::testing::slurp(out));
+  int ends[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends), 0);
+  // bash, which takes a descriptor above 9 in a redirection; the run's stdout is a copy of ends[1].
+  const std::string shell = command + " >&" + std::to_string(ends[1]);
+  ASSERT_EQ(::fcntl(ends[1], F_SETFD, 0), 0);
+  const int status = std::system(("bash -c " + quoted(shell)).c_str());
+  ::close(ends[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(ends[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  ::close(ends[0]);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << lenet::testing::slurp(err);
+  expect_records_alone(text);
+}
+
+// A checkpoint replaces its file by a rename, which would replace a device: refused before training.
+TEST_F(Cli, SaveOverADeviceIsRefusedBeforeTraining) {
+  const Result r = run("--backend cpu --epochs 1 --train-limit 64 --test-limit 64 --save /dev/null");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "lenet-train: error: /dev/null: not a regular file (--save)\n");
+}
+
+// Beside a gzipped data file, an output under its name without .gz would be read in its place the next
+// time (a raw file comes first): refused, and nothing written there.
+TEST_F(Cli, OutputNamingTheRawFormOfAGzippedDataFileIsRefused) {
+  const fs::path data = dir_ / "data";
+  fs::create_directory(data);
+  for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                           "t10k-labels-idx1-ubyte"}) {
+    const std::string real = lenet::io::find_data_file(LENET_TEST_DATA_DIR, name);
+    if (fs::path(real).extension() != ".gz") GTEST_SKIP() << real << ": the data set is not gzipped";
+    fs::create_symlink(real, data / fs::path(real).filename());
+  }
+  const std::string raw = (data / "t10k-labels-idx1-ubyte").string();
+  expect_usage_error("--backend cpu --quiet --epochs 1 --train-limit 64 --test-limit 64 --data-dir '" + data.string() +
+                         "' --metrics '" + raw + "'",
+                     "--metrics " + raw + " names the data file " + raw);
+  EXPECT_FALSE(fs::exists(raw));
+}
+
+// The CPU's replica count: --replicas where given (--num-gpus then sets nothing, so a resume that gives
+// the saved --replicas is not refused for it), else --num-gpus, which a batch must have rows for; a
+// resume's --replicas must be the saved one.
+TEST_F(Cli, ReplicaCountOnTheCpu) {
+  expect_usage_error("--backend cpu --quiet --num-gpus 65 --batch-size 64 --epochs 1 --train-limit 64 --test-limit 64",
+                     "--num-gpus 65 sets 65 replicas, more than --batch-size 64");
+  const std::string c = small_checkpoint(dir_ / "c.safetensors");
+  const Result r = run("--backend cpu --quiet --test-limit 64 --num-gpus 2 --replicas 1 --resume '" + c + "'");
+  EXPECT_EQ(r.status, 0) << r.err;
+  expect_usage_error("--backend cpu --quiet --test-limit 64 --replicas 2 --resume '" + c + "'",
+                     "--replicas differs from the value 1 saved in --resume " + c);
+}
+
+// A resumed run appends to an empty metrics file (the interrupted run wrote no record yet) as to one
+// whose last line is whole.
+TEST_F(Cli, ResumeAppendsToAnEmptyMetricsFile) {
+  const std::string c = small_checkpoint(dir_ / "c.safetensors"), metrics = (dir_ / "m.jsonl").string();
+  std::ofstream(metrics).flush();
+  const Result r = run("--backend cpu --quiet --test-limit 64 --resume '" + c + "' --metrics '" + metrics + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string text = lenet::testing::slurp(metrics);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+  EXPECT_EQ(text.rfind("{\"backend\"", 0), 0u) << text;
+}
+
+// Started by its name, found through PATH, the command that goes on names the program so too (an absolute
+// path made from the current folder would name no program); a name with a space is quoted.
+TEST_F(Cli, StopLineKeepsAProgramNameFoundThroughPathAndQuotesASpace) {
+  const std::string folder = fs::path(LENET_TRAIN_EXE).parent_path().string();
+  const std::string cmd = "cd " + quoted(dir_.string()) + "; PATH=" + quoted(folder) + ":\"$PATH\" LENET_DATA_DIR='" +
+                          data_dir_ + "' env --default-signal=INT lenet-train --backend cpu --quiet --train-limit 3000 "
+                          "--batch-size 500 --test-limit 100 --epochs 20 --metrics m.jsonl --save 'a b.safetensors' "
+                          ">out 2>err </dev/null" + once_training("m.jsonl") + send_signal("TERM") +
+                          "wait $pid; exit $?";
+  const int raw = std::system(cmd.c_str());
+  const std::string err = lenet::testing::slurp(dir_ / "err");
+  ASSERT_TRUE(WIFEXITED(raw) && WEXITSTATUS(raw) == 143) << raw << " " << err;
+  EXPECT_NE(err.find(", go on with: lenet-train --resume '" + (dir_ / "a b.safetensors").string() + "' --data-dir "),
+            std::string::npos) << err;
+}
+
+// A resumed CUDA run keeps its mode unless --mode is given: the command that goes on after a stop (here on
+// the CPU) has the mode asked for, not the checkpoint's.
+TEST_F(Cli, ResumeWithAModeGivenKeepsItInTheCommandThatGoesOn) {
+  const std::string a = (dir_ / "a.safetensors").string(), naive = (dir_ / "naive.safetensors").string();
+  const std::string sizes = "--backend cpu --quiet --train-limit 3000 --batch-size 500 --test-limit 100 ";
+  ASSERT_EQ(run(sizes + "--epochs 1 --save '" + a + "'").status, 0);
+  rewrite_header(a, naive, [](nlohmann::json& h) {
+    h["__metadata__"]["backend"] = "cuda";
+    h["__metadata__"]["mode"] = "naive";
+  });
+  const std::string metrics = (dir_ / "m.jsonl").string();
+  const Result r = run("--backend cpu --quiet --mode graph --epochs 20 --resume '" + naive + "' --save '" + a +
+                           "' --metrics " + quoted(metrics),
+                       "", once_training(metrics) + send_signal("TERM") + "wait $pid; exit $?");
+  ASSERT_EQ(r.status, 143) << r.err;
+  const size_t at = r.err.find("go on with: ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("--mode", at), std::string::npos) << r.err;
 }
 
 }  // namespace
