@@ -18,8 +18,8 @@
 #include <cerrno>
 #include <cfloat>
 #include <climits>
-#include <cstddef>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
