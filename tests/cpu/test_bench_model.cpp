@@ -436,6 +436,18 @@ TEST_F(BenchTool, StopKeepsTheRowsMeasuredBeforeIt) {
   EXPECT_TRUE(status == 129 || status == 143) << status;
   EXPECT_NE(lenet::testing::slurp(err).find("lenet-bench: stopped at once by a second signal\n"), std::string::npos)
       << lenet::testing::slurp(err);
+  EXPECT_EQ(lenet::testing::slurp(err).find('\0'), std::string::npos) << "a NUL byte written after the line";
+  // The status is the second signal's: the hangup comes once the termination request is taken, while the
+  // bench is held (SIGSTOP) in the step that request is in (exit 99 as above where the run has ended).
+  std::filesystem::remove(json);
+  EXPECT_EQ(run_stopped(lenet::testing::send_signal("TERM") +
+                            "kill -STOP $pid; ! grep -q '^State:.*zombie' /proc/$pid/status || exit 99; "
+                            "kill -HUP $pid; kill -CONT $pid",
+                        "--train-limit 8192 --batch-size 8192"),
+            129)
+      << lenet::testing::slurp(err);
+  EXPECT_NE(lenet::testing::slurp(err).find("lenet-bench: stopped at once by a second signal\n"), std::string::npos)
+      << lenet::testing::slurp(err);
 }
 
 // A stop during the first row cuts it short (a GPU row may take minutes) and, nothing being measured, writes
@@ -491,6 +503,42 @@ TEST_F(BenchTool, CpuRowsTrainWhatLenetTrainTrains) {
   const size_t first_row = table.find("\n| cpu R=1 | ");
   ASSERT_NE(first_row, std::string::npos) << table;
   EXPECT_EQ(table.substr(table.find('\n', first_row + 1) - 9, 9), "| 1.000 |") << table;
+}
+
+// A row's numbers follow from the epochs it recorded: seconds per epoch the mean of the timed epochs and
+// their spread, both without the warm-up; examples per second of the training set; the host's time
+// within the timed epochs; "epochs" every epoch trained and "test_acc" the last one's (here the warm-up
+// epoch's is another). The row's lr is the run's exact value, not the float32 the steps take. The heading
+// names the run's sizes and timed epochs, a CPU-only run has no CUPTI legend, and the floor is in TFLOP.
+TEST_F(BenchTool, RowNumbersFollowFromItsEpochs) {
+  const std::string json = (dir_ / "r.json").string(), md = (dir_ / "r.md").string();
+  // cpu named twice (measured once); 32 steps an epoch.
+  const std::string cmd = "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' --modes cpu,cpu --replicas 1 "
+                          "--train-limit 1024 --test-limit 128 --batch-size 32 --lr 0.45 --epochs 2 --json '" + json +
+                          "' --markdown '" + md + "' >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const nlohmann::json j = nlohmann::json::parse(lenet::testing::slurp(json));
+  ASSERT_EQ(j["rows"].size(), 1u) << j.dump();
+  const BenchRow r = row_from_json(j["rows"][0]);
+  EXPECT_EQ(r.lr, 0.45);
+  EXPECT_EQ(r.epochs, 3);  // a warm-up and two timed epochs
+  ASSERT_EQ(r.epoch_seconds.size(), 3u);
+  ASSERT_EQ(r.test_acc_per_epoch.size(), 3u);
+  ASSERT_TRUE(r.test_acc && r.seconds_per_epoch && r.seconds_per_epoch_spread && r.examples_per_second &&
+              r.host_enqueue_ms_per_step);
+  EXPECT_EQ(*r.test_acc, r.test_acc_per_epoch.back());
+  const double timed = r.epoch_seconds[1] + r.epoch_seconds[2];
+  EXPECT_DOUBLE_EQ(*r.seconds_per_epoch, timed / 2);
+  EXPECT_DOUBLE_EQ(*r.seconds_per_epoch_spread, *epoch_spread({r.epoch_seconds[1], r.epoch_seconds[2]}));
+  EXPECT_DOUBLE_EQ(*r.examples_per_second, 1024 / *r.seconds_per_epoch);
+  EXPECT_LE(*r.host_enqueue_ms_per_step * 64 / 1e3, timed * (1 + 1e-9)) << "the 64 timed steps' host time";
+  const std::string text = lenet::testing::slurp(md);
+  EXPECT_EQ(text.rfind("# lenet-bench\n\n1024 training examples, batch 32, lr 0.45, seed 1; ", 0), 0u) << text;
+  EXPECT_NE(text.find(", mean of 2 epoch(s) after a warm-up epoch,"), std::string::npos) << text;
+  EXPECT_EQ(text.find("CUPTI"), std::string::npos) << text;
+  std::ostringstream floor;
+  floor << "\nArithmetic floor: " << lenet::model::train_flops_per_example() * 1024 / 1e12 << " TFLOP per epoch";
+  EXPECT_NE(text.find(floor.str()), std::string::npos) << text;
 }
 
 // --json - (stdout): stdout holds the JSON alone, the table goes to stderr.
@@ -713,6 +761,103 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   }
 }
 
+// Each option's range, a mode that is none of the three and every --replicas value against --batch-size
+// are usage errors (status 2, the one line); --help is not.
+TEST_F(BenchTool, UsageErrorsNameTheOptionAndItsRange) {
+  const std::string out = (dir_ / "out").string(), err = (dir_ / "err").string();
+  auto run_bench = [&](const std::string& args) {  // a run that is not refused is a small one
+    const std::string cmd = "timeout 120 env LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' " + args +
+                            " >'" + out + "' 2>'" + err + "'";
+    return WEXITSTATUS(std::system(cmd.c_str()));
+  };
+  const std::string small = "--modes cpu --train-limit 256 --test-limit 64 --epochs 1 ";
+  for (const auto& [args, said] : std::vector<std::pair<std::string, std::string>>{
+           {small + "--replicas 0", "--replicas: 0 is out of range (1 to 64) (see --help)"},
+           {small + "--replicas 1 --batch-size 0", "--batch-size: 0 is out of range (1 to 1048576) (see --help)"},
+           {small + "--replicas 1 --batch-size 1048577",
+            "--batch-size: 1048577 is out of range (1 to 1048576) (see --help)"},
+           {"--modes cpu --replicas 1 --train-limit 256 --test-limit 64 --epochs 1001",
+            "--epochs: 1001 is out of range (1 to 1000) (see --help)"},
+           {small + "--replicas 1 --num-gpus 0", "--num-gpus: 0 is out of range (1 to 64) (see --help)"},
+           {"--modes cpu --replicas 1 --train-limit 256 --epochs 1 --test-limit 10001",
+            "--test-limit: 10001 is out of range (1 to 10000) (see --help)"},
+           {small + "--replicas 1 --allreduce-replicas 1",
+            "--allreduce-replicas: 1 is out of range (2 to 64) (see --help)"},
+           {small + "--replicas 1 --modes cpu,tpu", "--modes: tpu not in {naive,graph,cpu} (see --help)"},
+           {small + "--replicas 1,8 --batch-size 4", "--replicas 8 is larger than --batch-size 4"}}) {
+    EXPECT_EQ(run_bench(args), 2) << args;
+    EXPECT_EQ(lenet::testing::slurp(err), "lenet-bench: " + said + "\n") << args;
+    EXPECT_EQ(lenet::testing::slurp(out), "") << args;
+  }
+  EXPECT_EQ(run_bench("--help"), 0) << lenet::testing::slurp(err);
+  EXPECT_NE(lenet::testing::slurp(out).find("Usage: lenet-bench [OPTIONS]"), std::string::npos)
+      << lenet::testing::slurp(out);
+  EXPECT_EQ(lenet::testing::slurp(err), "");
+}
+
+// A peer's row comes after the measured rows, which the ratio column stays relative to; one with this run's
+// training set, batch and lr has no note. Neither output may name a peer's file, no two peers one name,
+// nor --markdown a data file; with the table on stderr (--json -), a peer's note is there once.
+TEST_F(BenchTool, PeerRowsFollowTheMeasuredRowsAndAreKept) {
+  const std::string err = (dir_ / "err").string();
+  auto run_bench = [&](const std::string& args, const std::string& data = LENET_TEST_DATA_DIR) {
+    const std::string cmd = "timeout 120 env LENET_DATA_DIR='" + data + "' '" LENET_BENCH_EXE "' --modes cpu "
+                            "--replicas 1 --train-limit 256 --test-limit 64 --epochs 1 " + args + " 2>'" + err + "'";
+    return WEXITSTATUS(std::system(cmd.c_str()));
+  };
+  BenchRow peer;
+  peer.name = "pytorch-textbook R=1";
+  peer.impl = "pytorch-textbook";
+  peer.mode = "textbook";
+  peer.replicas = 1;
+  peer.devices = {"cpu"};
+  peer.batch_size = 256;  // the run's default
+  peer.lr = 0.2;          // the same
+  peer.epochs = 2;
+  peer.train_examples = 256;
+  peer.seconds_per_epoch = 22.0;
+  const std::string peer_json = to_json(peer).dump(), file = (dir_ / "peer.json").string();
+  std::ofstream(file) << peer_json;
+  const std::string json = (dir_ / "b.json").string(), md = (dir_ / "b.md").string();
+  ASSERT_EQ(run_bench("--json '" + json + "' --markdown '" + md + "' --peers '" + file + "' >/dev/null"), 0)
+      << lenet::testing::slurp(err);
+  const nlohmann::json j = nlohmann::json::parse(lenet::testing::slurp(json));
+  ASSERT_EQ(j["rows"].size(), 2u);
+  EXPECT_EQ(j["rows"][0]["name"], "cpu R=1");
+  EXPECT_EQ(j["rows"][1]["name"], peer.name);
+  std::string text = lenet::testing::slurp(md);
+  EXPECT_NE(text.find("| time vs cpu R=1 |\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("Note:"), std::string::npos) << text;
+  // --json over the peer's file: refused, the file kept.
+  EXPECT_EQ(run_bench("--json '" + file + "' --peers '" + file + "' >/dev/null"), 2);
+  EXPECT_EQ(lenet::testing::slurp(err), "lenet-bench: --json " + file + " names the --peers file " + file + "\n");
+  EXPECT_EQ(lenet::testing::slurp(file), peer_json);
+  // Two peers' rows of one name, from two files.
+  const std::string again = (dir_ / "again.json").string();
+  std::ofstream(again) << peer_json;
+  EXPECT_EQ(run_bench("--peers '" + file + "' '" + again + "' >/dev/null"), 1);
+  EXPECT_EQ(lenet::testing::slurp(err), "lenet-bench: error: " + again + ": its row is named \"" + peer.name +
+                                            "\" as another row is\n");
+  // --markdown over a data file (a small data set of our own, since the output names its file).
+  std::filesystem::create_directory(dir_ / "data");
+  lenet::testing::write_data_set((dir_ / "data").string(), 256, 64);
+  const std::string images = (dir_ / "data" / "t10k-images-idx3-ubyte").string();
+  const auto images_size = std::filesystem::file_size(images);
+  EXPECT_EQ(run_bench("--markdown '" + images + "' >/dev/null", (dir_ / "data").string()), 2);
+  EXPECT_EQ(lenet::testing::slurp(err), "lenet-bench: --markdown " + images + " names the data file " + images + "\n");
+  EXPECT_EQ(std::filesystem::file_size(images), images_size);
+  // The JSON on stdout, the table and its note on stderr: the note once.
+  peer.train_examples = 60000;
+  std::ofstream(file) << to_json(peer).dump();
+  ASSERT_EQ(run_bench("--json - --peers '" + file + "' >'" + (dir_ / "out").string() + "'"), 0)
+      << lenet::testing::slurp(err);
+  EXPECT_EQ(nlohmann::json::parse(lenet::testing::slurp(dir_ / "out"))["rows"].size(), 2u);
+  text = lenet::testing::slurp(err);
+  const std::string note = "Note: pytorch-textbook R=1 ran on 60000 training examples (this run: 256)";
+  ASSERT_NE(text.find(note), std::string::npos) << text;
+  EXPECT_EQ(text.find(note), text.rfind(note)) << text;
+}
+
 // With no --modes, a build without CUDA benchmarks the CPU backend (a CUDA build, naive and graph mode).
 TEST_F(BenchTool, BuildWithoutCudaBenchmarksTheCpuByDefault) {
   if (LENET_HAVE_CUDA) GTEST_SKIP() << "this build has CUDA";
@@ -728,6 +873,16 @@ TEST_F(BenchTool, GpuModesWithoutDeviceIsAUsageError) {
   const std::string cmd = std::string(lenet::testing::kHideGpus) + "'" LENET_BENCH_EXE "' --modes graph >/dev/null 2>&1";
   const int raw = std::system(cmd.c_str());
   EXPECT_EQ(WEXITSTATUS(raw), 2);
+  // Naive mode is a GPU mode too, also beside the CPU's (a run that is not refused is a small one).
+  const std::string err = (dir_ / "err").string();
+  for (const char* modes : {"naive", "cpu,naive"}) {
+    const std::string run = std::string(lenet::testing::kHideGpus) + "LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '"
+                            LENET_BENCH_EXE "' --modes " + modes + " --replicas 1 --train-limit 256 --test-limit 64 "
+                            "--epochs 1 >/dev/null 2>'" + err + "'";
+    EXPECT_EQ(WEXITSTATUS(std::system(run.c_str())), 2) << modes;
+    EXPECT_EQ(lenet::testing::slurp(err).rfind("lenet-bench: no CUDA device answers (", 0), 0u)
+        << modes << ": " << lenet::testing::slurp(err);
+  }
 }
 
 }  // namespace
