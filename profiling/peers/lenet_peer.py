@@ -214,6 +214,9 @@ def parse_args(argv):
             for data_file in data_files:
                 if same_file(path, data_file):
                     raise UsageError(f"{flag} {path} names the data file {data_file}")
+    # The row would replace the parameters written just before it.
+    if a.json is not None and a.dump_params is not None and same_file(a.json, a.dump_params):
+        raise UsageError(f"--json and --dump-params name the same file {a.json}")
     return a
 
 
@@ -769,7 +772,7 @@ def device_name(torch, devices):
 def write_json(path, obj):
     """obj in a new file renamed over `path` (over the file a symbolic link there names), so that a reader
     finds the old row or the new one, never a part of one. The new file has the old one's permission bits,
-    else those a new file gets; a failed write leaves no temporary file."""
+    else those a new file gets; a failed or interrupted write leaves no temporary file."""
     target = os.path.realpath(path)
     tmp = None
     try:
@@ -787,11 +790,13 @@ def write_json(path, obj):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
+        tmp = None
     except OSError as e:
+        raise DataError(f"{path}: cannot write ({e.strerror})")
+    finally:  # a failed write or an interruption (Ctrl-C) before the rename
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-        raise DataError(f"{path}: cannot write ({e.strerror})")
 
 
 def check_finite(torch, replicas, epoch, lr):

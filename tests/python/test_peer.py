@@ -9,6 +9,7 @@ absent. Run from the repository root: python3 -m unittest discover -s tests/pyth
 import contextlib
 import ctypes
 import importlib.util
+import io
 import json
 import math
 import os
@@ -153,6 +154,90 @@ class PeerHelpers(unittest.TestCase):
             with self.assertRaises(self.peer.DataError) as caught:
                 self.peer.parse_args(["--json", os.path.join(not_a_folder, "r.json")])
             self.assertIn(f"folder {not_a_folder} does not exist or is not writable", str(caught.exception))
+
+    def test_one_line_names_tab_and_carriage_return(self):
+        # As lenet-train's one_line: \t, \r and \n by name, other controls as \xNN.
+        self.assertEqual(self.peer.one_line("a\tb\rc\x0bd"), "a\\tb\\rc\\x0bd")
+
+    def test_spellings_lenet_train_accepts(self):
+        # lenet-train takes a leading +, a fraction without its integer part and an exponent.
+        for args, field, value in ((["--epochs", "+2"], "epochs", 2), (["--seed", "+7"], "seed", 7),
+                                   (["--lr", ".5"], "lr", 0.5), (["--lr", "2e-1"], "lr", 0.2),
+                                   (["--lr", "+0.25"], "lr", 0.25), (["--lr", "5.E-1"], "lr", 0.5)):
+            with self.subTest(args=args):
+                a = self.peer.parse_args(["--data-dir", "/nonexistent", *args])
+                self.assertEqual(getattr(a, field), value)
+
+    def test_each_flag_of_a_pair_is_checked(self):
+        # --test-limit as --train-limit, --dump-params as --json.
+        for args, said in ((["--test-limit", "0"], "--test-limit 0: must be at least 1"),
+                           (["--test-limit", "-2"], "--test-limit -2: must be at least 1"),
+                           (["--dump-params", "-"], "--dump-params -: a file, not stdout")):
+            with self.subTest(args=args):
+                with self.assertRaises(self.peer.UsageError) as caught:
+                    self.peer.parse_args(["--data-dir", "/nonexistent", *args])
+                self.assertIn(said, str(caught.exception))
+
+    def test_progress_line_counts_epochs_from_one(self):
+        t = self.peer.Timing(2, False, 100)
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            t.epoch_done(0, 2.0, 0.25, 1, None)
+            t.epoch_done(1, 0.5, 0.5, 1, None)
+        self.assertEqual(err.getvalue(), "epoch 1/2: test acc 0.250, 2.00 s (50 examples/s)\n"
+                                         "epoch 2/2: test acc 0.500, 0.500 s (200 examples/s)\n")
+
+    def test_host_enqueue_is_per_step_in_milliseconds(self):
+        t = self.peer.Timing(3, True, 10)
+        for epoch, steps, enqueue in ((0, 5, 0.5), (1, 5, 0.010), (2, 3, 0.006)):
+            t.epoch_done(epoch, 1.0, 0.5, steps, enqueue)
+        self.assertAlmostEqual(t.enqueue_ms_per_step(), 1e3 * (0.010 + 0.006) / (5 + 3))  # the first epoch left out
+
+    def test_a_new_json_file_gets_the_bits_the_umask_leaves(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "r.json")
+            old = os.umask(0o027)
+            try:
+                self.peer.write_json(path, {"a": 1})
+            finally:
+                os.umask(old)
+            self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o640)
+            with open(path) as f:
+                self.assertEqual(f.read(), '{\n "a": 1\n}\n')  # ends with a newline, as a text file does
+
+    def test_an_interrupted_json_write_leaves_the_old_row_and_no_temporary_file(self):
+        class Interrupting(dict):  # json.dump with an indent asks a dict for its items
+            def items(self):
+                raise KeyboardInterrupt
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "r.json")
+            self.peer.write_json(path, {"old": 1})
+            for obj, caught in ((Interrupting(a=1), KeyboardInterrupt), ({"a": object()}, TypeError)):
+                with self.subTest(caught=caught.__name__):
+                    with self.assertRaises(caught):
+                        self.peer.write_json(path, obj)
+                    self.assertEqual(os.listdir(tmp), ["r.json"])
+                    with open(path) as f:
+                        self.assertEqual(json.load(f), {"old": 1})
+
+    def test_the_row_and_the_parameters_in_one_file_are_refused(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "r.json")
+            for other in (path, os.path.join(tmp, ".", "r.json")):  # no file there yet
+                with self.subTest(other=other):
+                    with self.assertRaises(self.peer.UsageError) as caught:
+                        self.peer.parse_args(["--data-dir", "/nonexistent", "--json", path, "--dump-params", other])
+                    self.assertEqual(str(caught.exception), f"--json and --dump-params name the same file {path}")
+            with open(path, "w") as f:
+                f.write("{}\n")
+            os.symlink(path, os.path.join(tmp, "link.json"))
+            os.link(path, os.path.join(tmp, "hard.json"))
+            for other in (path, os.path.join(tmp, "link.json"), os.path.join(tmp, "hard.json")):
+                with self.subTest(other=other):
+                    with self.assertRaises(self.peer.UsageError) as caught:
+                        self.peer.parse_args(["--data-dir", "/nonexistent", "--json", path, "--dump-params", other])
+                    self.assertEqual(str(caught.exception), f"--json and --dump-params name the same file {path}")
+            self.assertEqual(self.peer.parse_args(["--data-dir", "/nonexistent", "--json", path, "--dump-params",
+                                                   os.path.join(tmp, "p.json")]).json, path)
 
 
 class WithDataset(unittest.TestCase):
@@ -338,6 +423,96 @@ class PeerTextbookCpu(WithDataset):
             row = json.load(f)
         self.assertEqual(row["epochs"], 1)
         self.assertIsNone(row["allreduce_ms_per_step"])
+
+    def test_a_lone_replica_dumps_a_difference_of_zero(self):
+        proc, _, params = self.runs[1]
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(params["replica_max_abs_diff"], 0.0)
+
+    def test_replicas_without_rows_in_the_first_minibatch(self):
+        # 5 rows for 8 replicas: replicas 5..7 get none in the very first step, yet contribute zeros.
+        dumps = {}
+        for r in (1, 8):
+            dumps[r] = os.path.join(self.tmp.name, f"few-rows-{r}.json")
+            proc = run_peer("--data-dir", self.data, "--batch-size", "16", "--epochs", "2", "--seed", "3", "--quiet",
+                            "--train-limit", "5", "--test-limit", "4", "--replicas", str(r), "--dump-params", dumps[r],
+                            env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(dumps[1]) as f:
+            one = json.load(f)
+        with open(dumps[8]) as f:
+            eight = json.load(f)
+        self.assertEqual(eight["replica_max_abs_diff"], 0.0)
+        moved = distance(init_params(3), one["params"])
+        self.assertGreater(moved, 1e-3)
+        self.assertLess(distance(one["params"], eight["params"]) / moved, 1e-4)
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch is not importable (apt-get install python3-torch)")
+class PeerTextbookRunOnCpu(unittest.TestCase):
+    """The textbook variant's pieces called directly on tiny tensors: initial parameters, steps counted,
+    the accuracy reported and the profile returned."""
+
+    def test_initial_parameters_as_the_source_text(self):
+        import torch
+        peer = load_peer_module()
+        params = peer.init_params(torch, 2)
+        for (name, shape), p in zip(peer.PARAM_SPECS, params):
+            with self.subTest(name=name):
+                self.assertEqual(tuple(p.shape), shape)
+                if name.endswith(".bias"):
+                    self.assertTrue(torch.equal(p, torch.zeros(shape)))
+        fc1 = params[4]  # 102400 draws of N(0, 0.01^2)
+        self.assertLess(abs(float(fc1.mean())), 1e-4)
+        self.assertTrue(0.0095 < float(fc1.std()) < 0.0105, float(fc1.std()))
+
+    def run_textbook(self, peer, data, replicas=1, **flags):
+        """run_textbook called directly on the cpu: (what it returns, each epoch's (acc, steps, enqueue))."""
+        import argparse
+        import torch
+        import torch.nn.functional as F
+        args = argparse.Namespace(**{"seed": 1, "lr": 0.2, "batch_size": 8, "epochs": 2, "profile_steps": 0, **flags})
+        epochs = []
+
+        class Recorder:
+            def epoch_done(self, epoch, seconds, acc, steps, enqueue):
+                epochs.append((acc, steps, enqueue))
+        prof = peer.run_textbook(torch, F, args, [torch.device("cpu")] * replicas, data, Recorder(), lambda _: None)
+        return prof, epochs
+
+    def small_data(self, n, test):
+        import torch
+        gen = torch.Generator().manual_seed(8)
+        pixels = lambda k: torch.randint(0, 256, (k, 1, 28, 28), generator=gen, dtype=torch.int64).to(torch.uint8)
+        return pixels(n), torch.arange(n) % 10, pixels(test), torch.arange(test) % 10
+
+    def test_steps_count_the_partial_minibatch(self):
+        _, epochs = self.run_textbook(load_peer_module(), self.small_data(37, 4), batch_size=8)
+        self.assertEqual([steps for _, steps, _ in epochs], [5, 5])  # 4 full minibatches and one of 5 rows
+        self.assertEqual([enqueue for _, _, enqueue in epochs], [None, None])  # nothing enqueued on the cpu
+
+    def test_accuracy_is_that_of_the_trained_parameters_on_the_scaled_test_set(self):
+        import torch
+        import torch.nn.functional as F
+        peer = load_peer_module()
+        # Weights of N(0, 0.2^2), which tell classes apart, and a learning rate too small to change a prediction.
+        # A last bias too: without one the network is homogeneous, and a wrong input scale changes no prediction.
+        weights = [t * 20 if n.endswith(".weight") else t
+                   for (n, _), t in zip(peer.PARAM_SPECS, peer.init_params(torch, 6))]
+        weights[7] = torch.arange(10.0) / 10
+        peer.init_params = lambda torch, seed: [t.clone() for t in weights]
+        train_x, train_y, test_x, _ = self.small_data(20, 40)
+        with torch.no_grad():
+            labels = peer.lenet(F, peer.to_float(test_x), weights).argmax(dim=1)
+        self.assertGreaterEqual(len(set(labels.tolist())), 3, "the weights should tell classes apart")
+        _, epochs = self.run_textbook(peer, (train_x, train_y, test_x, labels), lr=1e-20, batch_size=16)
+        self.assertEqual([acc for acc, _, _ in epochs], [1.0, 1.0])
+
+    def test_no_allreduce_time_without_profile_steps(self):
+        for r in (1, 2):
+            with self.subTest(replicas=r):
+                prof, _ = self.run_textbook(load_peer_module(), self.small_data(20, 4), replicas=r, epochs=1)
+                self.assertEqual(prof, {})  # the row's allreduce field stays null
 
 
 @unittest.skipUnless(HAVE_TORCH, "torch is not importable (apt-get install python3-torch)")
@@ -713,6 +888,65 @@ class PeerErrors(WithDataset):
                         env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
         line = self.assert_one_line(proc, 2)
         self.assertIn("CUDA", line)
+
+    @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+    def test_replicas_the_devices_imply_above_the_batch_size(self):
+        # No --replicas: one per device, 20 cpu "devices" here, more than the 16 rows of a minibatch.
+        proc = run_peer("--data-dir", self.data, "--num-gpus", "20", "--batch-size", "16", "--epochs", "1", "--quiet",
+                        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+        self.assertIn("20 replicas is more than --batch-size 16", self.assert_one_line(proc, 2))
+
+    def test_a_hard_link_to_a_data_file_is_not_an_output(self):
+        labels = os.path.join(self.data, "t10k-labels-idx1-ubyte")
+        hard = os.path.join(self.tmp.name, "hard-labels.json")
+        os.link(labels, hard)
+        with open(labels, "rb") as f:
+            before = f.read()
+        for flag in ("--json", "--dump-params"):
+            with self.subTest(flag=flag):
+                proc = run_peer("--data-dir", self.data, "--epochs", "1", "--quiet", flag, hard)
+                self.assertIn(f"{flag} {hard} names the data file {labels}", self.assert_one_line(proc, 2))
+        with open(hard, "rb") as f:
+            self.assertEqual(f.read(), before)
+
+    @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+    def test_the_raw_file_is_read_where_both_forms_are_there(self):
+        both = os.path.join(self.tmp.name, "both")
+        write_dataset(both, TRAIN, TEST, gz_train=False)
+        with open(os.path.join(both, "train-images-idx3-ubyte.gz"), "wb") as f:
+            f.write(b"not gzip")  # as lenet-train: the raw file first, the .gz one only without it
+        proc = run_peer("--data-dir", both, "--epochs", "1", "--quiet", env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+
+    @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+    def test_idx_files_that_disagree_or_hold_nothing(self):
+        bad = os.path.join(self.tmp.name, "disagree")
+        images = os.path.join(bad, "train-images-idx3-ubyte")
+        labels = os.path.join(bad, "train-labels-idx1-ubyte")
+        cases = {
+            "short header": (images, struct.pack(">III", 0x803, 2, 28)[:10], "truncated header (10 of 16 bytes)"),
+            "28x32": (images, struct.pack(">IIII", 0x803, 1, 28, 32) + bytes(28 * 32),
+                      "images are 28x32, expected 28x28"),
+            "fewer labels": (labels, idx_labels([1] * (TRAIN - 1)),
+                             f"{TRAIN} images but {labels} has {TRAIN - 1} labels"),
+            "no examples": (None, None, "holds no examples"),
+        }
+        for what, (path, blob, said) in cases.items():
+            with self.subTest(what=what):
+                write_dataset(bad, TRAIN if path else 0, TEST, gz_train=False)
+                if path:
+                    with open(path, "wb") as f:
+                        f.write(blob)
+                proc = run_peer("--data-dir", bad, "--epochs", "1", "--quiet",
+                                env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+                self.assertIn(said, self.assert_one_line(proc, 1))
+
+    @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+    def test_host_memory_and_a_bare_runtime_error_are_one_line(self):
+        self.assertEqual(self.assert_one_line(self.run_with_failing_convolution("MemoryError()"), 1),
+                         "lenet_peer: out of host memory; try a smaller --batch-size or fewer --replicas")
+        self.assertEqual(self.assert_one_line(self.run_with_failing_convolution("RuntimeError()"), 1),
+                         "lenet_peer: PyTorch: RuntimeError")
 
 
 def gpu_skip_reason():
