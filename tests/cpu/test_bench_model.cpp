@@ -199,6 +199,22 @@ BenchRow sample_row(const std::string& name, double seconds) {
   return r;
 }
 
+// A row of the PyTorch peer's textbook variant on the CPU, with lenet-bench's default batch and lr.
+BenchRow textbook_peer_row(int64_t train_examples) {
+  BenchRow r;
+  r.name = "pytorch-textbook R=1";
+  r.impl = "pytorch-textbook";
+  r.mode = "textbook";
+  r.replicas = 1;
+  r.devices = {"cpu"};
+  r.batch_size = 256;
+  r.lr = 0.2;
+  r.epochs = 2;
+  r.train_examples = train_examples;
+  r.seconds_per_epoch = 22.0;
+  return r;
+}
+
 TEST(BenchModel, JsonRoundTripAndMarkdown) {
   const BenchRow a = sample_row("naive R=1", 2.0);
   BenchRow b = sample_row("graph R=2", 0.5);
@@ -708,17 +724,7 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_EQ(WEXITSTATUS(std::system((no_epochs + "--epochs 0 >/dev/null 2>'" + err + "'").c_str())), 2);
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --epochs: 0 is out of range (1 to 1000) (see --help)\n");
 
-  BenchRow peer;
-  peer.name = "pytorch-textbook R=1";
-  peer.impl = "pytorch-textbook";
-  peer.mode = "textbook";
-  peer.replicas = 1;
-  peer.devices = {"cpu"};
-  peer.batch_size = 256;
-  peer.lr = 0.2;
-  peer.epochs = 2;
-  peer.train_examples = 60000;
-  peer.seconds_per_epoch = 22.0;
+  BenchRow peer = textbook_peer_row(60000);
   std::ofstream(dir_ / "peer.json") << to_json(peer).dump();
   // The same file under two names is one row; the lr in the table's heading is the run's, unrounded.
   ASSERT_EQ(run_bench("--json '" + (dir_ / "b.json").string() + "' --seed +1 --lr 0.2000001 --peers '" +
@@ -805,17 +811,7 @@ TEST_F(BenchTool, PeerRowsFollowTheMeasuredRowsAndAreKept) {
                             "--replicas 1 --train-limit 256 --test-limit 64 --epochs 1 " + args + " 2>'" + err + "'";
     return WEXITSTATUS(std::system(cmd.c_str()));
   };
-  BenchRow peer;
-  peer.name = "pytorch-textbook R=1";
-  peer.impl = "pytorch-textbook";
-  peer.mode = "textbook";
-  peer.replicas = 1;
-  peer.devices = {"cpu"};
-  peer.batch_size = 256;  // the run's default
-  peer.lr = 0.2;          // the same
-  peer.epochs = 2;
-  peer.train_examples = 256;
-  peer.seconds_per_epoch = 22.0;
+  BenchRow peer = textbook_peer_row(256);  // this run's training set, batch and lr
   const std::string peer_json = to_json(peer).dump(), file = (dir_ / "peer.json").string();
   std::ofstream(file) << peer_json;
   const std::string json = (dir_ / "b.json").string(), md = (dir_ / "b.md").string();
