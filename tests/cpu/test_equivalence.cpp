@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 #include "engine/cpu_backend.hpp"
@@ -135,6 +136,52 @@ TEST_P(ChunkedStep, EqualsPassesOverTheWholeMinibatch) {
   const double moved = lenet::testing::distance(want, start);
   ASSERT_GT(moved, 1e-4);
   EXPECT_LT(lenet::testing::distance(b.parameters(0), want) / moved, 1e-5);
+}
+
+// The step bit for bit: each replica's gradient is its chunks' gradients summed in chunk order from
+// zero, the replicas' gradients are then added (with two replicas the ring's one addition, the same bits
+// either way round) and the SGD update applied. 101 rows over 2 replicas: 51 and 50, four chunks each,
+// so a changed chunk order (not only a swap of two addends) or chunks summed into another replica's
+// gradient changes rounding, which the tolerance of the tests above lets through.
+TEST(Equivalence, StepIsEachReplicasChunksSummedInOrderThenTheReplicasSum) {
+  const int rows = 101;
+  const std::vector<float> start = model::init_parameters<float>(4);
+  std::vector<uint32_t> idx(static_cast<size_t>(rows));
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<uint32_t>(11 * i % data().train.size());
+  const float lr = 0.2f;
+  engine::CpuBackend b(2, start);  // first: it makes OpenBLAS single-threaded, for the reference below too
+  b.train_step(data().train, idx.data(), rows, lr);
+
+  std::vector<float> x(static_cast<size_t>(rows) * model::kInPixels), piece(model::kNumParameters);
+  std::vector<int32_t> labels(static_cast<size_t>(rows));
+  data().train.gather(idx.data(), idx.size(), x.data(), labels.data());
+  model::CpuLenet<float> net;
+  std::vector<std::vector<float>> replica_grads;
+  for (const engine::RowRange& part : engine::split_rows(rows, 2)) {
+    ASSERT_GE(part.rows, 3 * engine::kCpuChunkRows);
+    std::vector<float> g(model::kNumParameters, 0.0f);
+    for (int first = part.first; first < part.first + part.rows; first += engine::kCpuChunkRows) {
+      const int n = std::min(engine::kCpuChunkRows, part.first + part.rows - first);
+      net.forward_backward(start.data(), x.data() + size_t(first) * model::kInPixels, labels.data() + first, n,
+                           piece.data());
+      for (size_t j = 0; j < g.size(); ++j) g[j] += piece[j];
+    }
+    replica_grads.push_back(g);
+  }
+  ASSERT_EQ(replica_grads.size(), 2u);
+  std::vector<float> sum(model::kNumParameters), want = start;
+  for (size_t j = 0; j < sum.size(); ++j) sum[j] = replica_grads[0][j] + replica_grads[1][j];
+  model::sgd_update(want.data(), sum.data(), model::kNumParameters, model::sgd_scale(lr, rows));
+  ASSERT_NE(lenet::testing::bit_difference(want, start), "");
+  EXPECT_EQ(lenet::testing::bit_difference(b.parameters(0), want), "");
+  EXPECT_EQ(lenet::testing::bit_difference(b.parameters(1), want), "");
+}
+
+// Parameters of any other length are refused, too many as well as too few.
+TEST(Equivalence, InitialParametersOfAnotherLengthAreRefused) {
+  for (const size_t n : {model::kNumParameters - 1, model::kNumParameters + 1, size_t{0}})
+    EXPECT_THROW(engine::CpuBackend(1, std::vector<float>(n, 0.0f)), std::invalid_argument) << n;
+  EXPECT_NO_THROW(engine::CpuBackend(1, std::vector<float>(model::kNumParameters, 0.0f)));
 }
 
 // The thread count asked for is the one used, so the next test compares really different runs.

@@ -296,6 +296,34 @@ TEST(Gradients, ZeroRowsGiveZeroGradient) {
   for (float g : grads) ASSERT_EQ(g, 0.0f);
 }
 
+// Biases far below zero before each ReLU make every ReLU input negative, so every ReLU output, the last
+// element of the last row included, is exactly zero, and so are the pooled maps after them; the logits are
+// then fc2's bias. An element a ReLU skips keeps its negative value, which the finite differences above
+// can miss: the backward pass takes it as zero anyway, and in the loss it is one unit among thousands.
+TEST(Gradients, EveryReluOutputOfNegativeInputsIsZero) {
+  std::mt19937 gen(12);
+  Vec params = test_parameters(gen);
+  const LenetView<double> p = view(params.data());
+  std::fill_n(p.conv1_b, kC1, -100.0);
+  std::fill_n(p.conv2_b, kC2, -100.0);
+  std::fill_n(p.fc1_b, kHidden, -100.0);
+  const int rows = 3;
+  const Vec x = random_vec(size_t(rows) * kInPixels, gen, 0, 1);
+  const std::vector<int32_t> labels = {1, 4, 9};
+  CpuLenet<double> net;
+  net.forward(params.data(), x.data(), labels.data(), rows);
+  const std::pair<const char*, const Vec*> maps[] = {
+      {"conv1", &net.a1()}, {"pool1", &net.p1()}, {"conv2", &net.a2()}, {"pool2", &net.p2()}, {"fc1", &net.hidden()}};
+  for (const auto& [name, map] : maps) {
+    ASSERT_FALSE(map->empty()) << name;
+    EXPECT_EQ(std::count(map->begin(), map->end(), 0.0), std::ptrdiff_t(map->size())) << name;
+    EXPECT_EQ(map->back(), 0.0) << name;
+  }
+  ASSERT_EQ(net.logits().size(), size_t(rows) * kClasses);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < kClasses; ++c) EXPECT_EQ(net.logits()[size_t(r) * kClasses + c], p.fc2_b[c]) << r << ", " << c;
+}
+
 TEST(Gemm, BlasAndPortableAgreeForEveryTransposition) {
   std::mt19937 gen(8);
   // The portable GEMM's blocks are 64 rows, 256 columns and 256 deep, its tiles 4 rows by 4 (double) or
