@@ -57,6 +57,8 @@ inline std::string option_without_value(const CLI::App& app, int argc, const cha
     while (opt->get_expected_max() > 1 && i + 1 < argc && std::string(argv[i + 1]) != "--" &&
            option(argv[i + 1]) == nullptr)
       values.push_back(argv[++i]);
+    // CLI11 takes a "--" right after a list's values as the end of the list, not of the options.
+    if (opt->get_expected_max() > 1 && i + 1 < argc && std::string(argv[i + 1]) == "--") ++i;
     const char delimiter = opt->get_delimiter();
     for (const std::string& value : values)
       if (delimiter != '\0' && !value.empty() &&

@@ -771,9 +771,10 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
 // are usage errors (status 2, the one line); --help is not.
 TEST_F(BenchTool, UsageErrorsNameTheOptionAndItsRange) {
   const std::string out = (dir_ / "out").string(), err = (dir_ / "err").string();
-  auto run_bench = [&](const std::string& args) {  // a run that is not refused is a small one
-    const std::string cmd = "timeout 120 env LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '" LENET_BENCH_EXE "' " + args +
-                            " >'" + out + "' 2>'" + err + "'";
+  // A run that is not refused is a small one, in the test's folder (a file named like an option lands there).
+  auto run_bench = [&](const std::string& args) {
+    const std::string cmd = "cd '" + dir_.string() + "' && timeout 120 env LENET_DATA_DIR='" LENET_TEST_DATA_DIR "' '"
+                            LENET_BENCH_EXE "' " + args + " >'" + out + "' 2>'" + err + "'";
     return WEXITSTATUS(std::system(cmd.c_str()));
   };
   const std::string small = "--modes cpu --train-limit 256 --test-limit 64 --epochs 1 ";
@@ -790,7 +791,11 @@ TEST_F(BenchTool, UsageErrorsNameTheOptionAndItsRange) {
            {small + "--replicas 1 --allreduce-replicas 1",
             "--allreduce-replicas: 1 is out of range (2 to 64) (see --help)"},
            {small + "--replicas 1 --modes cpu,tpu", "--modes: tpu not in {naive,graph,cpu} (see --help)"},
-           {small + "--replicas 1,8 --batch-size 4", "--replicas 8 is larger than --batch-size 4"}}) {
+           {small + "--replicas 1,8 --batch-size 4", "--replicas 8 is larger than --batch-size 4"},
+           // A "--" after a list's values ends the list (CLI11 reads on), not the options.
+           {small + "--replicas 1 -- --json --no-trace",
+            "--json: no value before the option --no-trace (a value that is an option's name goes after =: "
+            "--json=--no-trace)"}}) {
     EXPECT_EQ(run_bench(args), 2) << args;
     EXPECT_EQ(lenet::testing::slurp(err), "lenet-bench: " + said + "\n") << args;
     EXPECT_EQ(lenet::testing::slurp(out), "") << args;

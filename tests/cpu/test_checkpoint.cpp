@@ -9,6 +9,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include <cfloat>
 #include <climits>
 #include <cmath>
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -623,6 +625,63 @@ TEST_F(CheckpointFiles, LoadingFromAFifoNeverWaitsForAWriter) {
   };
   EXPECT_EQ(load_in_child(false), 1);
   EXPECT_EQ(load_in_child(true), 0);
+}
+
+// A signal whose handler was installed without SA_RESTART ends a read that waits on a pipe with EINTR:
+// the load reads on. The loader, a child process, loads from a FIFO whose writer is there but writes only
+// once the child's timer signal has come (its handler says so through a pipe), while the read waits.
+int g_timer_told_fd = -1;
+TEST_F(CheckpointFiles, LoadingFromAFifoReadsOnAfterAnInterruptedRead) {
+  const std::string fifo = (dir_ / "pipe").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state());
+  const Bytes file = lenet::testing::read_bytes(path_);
+  int told[2];
+  ASSERT_EQ(::pipe(told), 0) << std::strerror(errno);
+  const int writer = ::open(fifo.c_str(), O_RDWR);  // there before the loader opens it, writing nothing yet
+  ASSERT_GE(writer, 0) << std::strerror(errno);
+  const pid_t loader = ::fork();
+  if (loader == 0) {
+    ::close(writer);
+    ::close(told[0]);
+    g_timer_told_fd = told[1];
+    struct sigaction action {};
+    action.sa_handler = [](int) {
+      const char byte = 1;
+      if (::write(g_timer_told_fd, &byte, 1) != 1) ::_exit(3);
+    };
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = 0;  // no SA_RESTART
+    ::sigaction(SIGALRM, &action, nullptr);
+    itimerval once {};
+    once.it_value.tv_usec = 200'000;
+    ::setitimer(ITIMER_REAL, &once, nullptr);
+    try {
+      const Checkpoint c = lenet::engine::load_checkpoint(fifo);
+      ::_exit(c.state.has_value() ? 0 : 2);
+    } catch (...) {
+      ::_exit(1);
+    }
+  }
+  ::close(told[1]);
+  char byte = 0;
+  const bool timer_came = ::read(told[0], &byte, 1) == 1;  // 0: the loader ended before its timer
+  ::close(told[0]);
+  const int data = ::open(fifo.c_str(), O_WRONLY);  // does not wait: `writer` reads too
+  ::close(writer);  // now only the loader reads: one that has ended makes the write fail, not wait
+  void (*const old_sigpipe)(int) = ::signal(SIGPIPE, SIG_IGN);
+  for (size_t done = 0; done < file.size();) {
+    const ssize_t n = ::write(data, file.data() + done, file.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::signal(SIGPIPE, old_sigpipe);
+  ::close(data);
+  int status = 0;
+  ASSERT_EQ(::waitpid(loader, &status, 0), loader);
+  EXPECT_TRUE(timer_came) << "the loader ended before its timer signal came";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "loader status " << status << " (1: load failed)";
 }
 
 TEST_F(CheckpointFiles, FailedWriteLeavesPreviousCheckpointIntactAndNoTemporaryFile) {

@@ -1398,6 +1398,11 @@ TEST_F(Cli, WordsAfterDoubleDashAreNotOptions) {
   expect_usage_error("--backend cpu -- --metrics --quiet", "The following arguments were not expected");
 }
 
+// An option given once, last and without its value, is said to miss it, not to be given more than once.
+TEST_F(Cli, OptionLastWithoutItsValueIsMissingIt) {
+  expect_usage_error("--backend cpu --epochs", "--epochs: 1 required INT missing (see --help)");
+}
+
 // The top of an integer flag's range is accepted (the message says "1 to 2147483647"): the run goes on
 // to the next check, here the --epochs 0 refusal.
 TEST_F(Cli, TopOfAnIntegerRangeIsAccepted) {

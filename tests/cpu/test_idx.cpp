@@ -24,6 +24,7 @@
 #include <future>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "byte_files.hpp"
@@ -484,6 +485,14 @@ TEST_F(IdxFiles, DataFileThatIsNotARegularFileIsNamed) {
   EXPECT_EQ(lenet::io::find_data_file(dir_.string(), "train-labels-idx1-ubyte"), gz);
 }
 
+// A named pipe where a data file should be is named as not a regular file, not returned to be read.
+TEST_F(IdxFiles, DataFileThatIsANamedPipeIsNamed) {
+  const std::string path = (dir_ / "train-labels-idx1-ubyte").string();
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  const std::string msg = data_error_of([&] { lenet::io::find_data_file(dir_.string(), "train-labels-idx1-ubyte"); });
+  EXPECT_CONTAINS(msg, path + ": not a regular file");
+}
+
 // What the data folder holds but cannot be looked at is named with its reason, not called missing.
 TEST_F(IdxFiles, DataFolderProblemsAreNamed) {
   const std::string file = write_raw("plain-file", {});
@@ -655,6 +664,19 @@ TEST_F(RealData, LimitLargerThanTheSetIsRejected) {
   EXPECT_CONTAINS(msg, "60001");
   msg = data_error_of([] { lenet::io::load_fashion_mnist(LENET_TEST_DATA_DIR, 0, 10001); });
   EXPECT_CONTAINS(msg, "--test-limit");
+}
+
+// The error carries the flag of the limit that is too large: lenet-train words its usage error by it.
+TEST_F(RealData, LimitErrorCarriesItsFlag) {
+  for (const auto& [train, test, flag] :
+       {std::tuple<size_t, size_t, std::string>{60001, 0, "--train-limit"}, {0, 10001, "--test-limit"}}) {
+    try {
+      lenet::io::load_fashion_mnist(LENET_TEST_DATA_DIR, train, test);
+      ADD_FAILURE() << flag << " larger than the set was taken";
+    } catch (const lenet::io::LimitError& e) {
+      EXPECT_EQ(e.flag, flag) << e.what();
+    }
+  }
 }
 
 }  // namespace

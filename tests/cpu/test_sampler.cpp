@@ -133,6 +133,17 @@ TEST(EpochSampler, TakesAtMost2To32Minus1Examples) {
   }
 }
 
+// A batch past the last is refused, naming it and the number of batches.
+TEST(EpochSampler, BatchPastTheLastIsRefusedNamingIt) {
+  const EpochSampler s(10, 4, 1, true);  // batches 0, 1 and 2
+  try {
+    s.batch(3);
+    FAIL() << "batch 3 of 3 was given";
+  } catch (const std::out_of_range& e) {
+    EXPECT_STREQ(e.what(), "EpochSampler: batch 3 of 3");
+  }
+}
+
 TEST(EpochSampler, RejectsZeroBatchSize) { EXPECT_THROW(EpochSampler(10, 0, 1, true), std::invalid_argument); }
 
 TEST(EpochSampler, AllPermutationsOfThreeAreEquallyLikely) {
