@@ -38,7 +38,7 @@ inline std::string option_without_value(const CLI::App& app, int argc, const cha
   auto takes_value = [](const CLI::Option* opt) { return opt != nullptr && opt->get_expected_max() > 0; };
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--") break;  // what follows is not an option (where "--" is not an option's value)
+    if (arg == "--") break;  // what follows is not an option (this "--" is no value and ends no list)
     const CLI::Option* opt = option(arg);
     if (!takes_value(opt)) continue;
     const size_t eq = arg.find('=');
