@@ -37,10 +37,9 @@ int thread_count(int asked) {
 #endif
 }
 
-// Calls fn(i, thread) for i in [0, n) on `threads` threads; the first exception is rethrown here (one
-// must not leave an OpenMP region).
-template <typename Fn>
-void parallel_for(int n, [[maybe_unused]] int threads, Fn fn) {
+}  // namespace
+
+void parallel_for(int n, [[maybe_unused]] int threads, const std::function<void(int, int)>& fn) {
   std::exception_ptr error;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int i = 0; i < n; ++i) {
@@ -57,8 +56,6 @@ void parallel_for(int n, [[maybe_unused]] int threads, Fn fn) {
   }
   if (error) std::rethrow_exception(error);
 }
-
-}  // namespace
 
 CpuBackend::CpuBackend(int replicas, const std::vector<float>& initial_parameters, int threads)
     : replicas_(static_cast<size_t>(replicas)), ring_(replicas, model::kNumParameters) {

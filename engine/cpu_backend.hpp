@@ -7,6 +7,9 @@
 // buffers reused, so memory does not grow with the batch (the sums, in chunk order, are the same).
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/backend.hpp"
@@ -20,6 +23,9 @@ constexpr int kCpuChunkRows = 16;
 constexpr size_t kCpuChunksPerWave = 64;
 // Whether this build runs the chunks on several threads (OpenMP found); without it, on one.
 bool cpu_backend_is_parallel();
+// Calls fn(i, thread) for every i in [0, n), on `threads` threads (thread in [0, threads)); the first
+// exception a call throws is rethrown here once every call has ended (none may leave an OpenMP region).
+void parallel_for(int n, int threads, const std::function<void(int, int)>& fn);
 
 class CpuBackend final : public Backend {
  public:
@@ -37,6 +43,8 @@ class CpuBackend final : public Backend {
   std::vector<float> parameters(int replica) const override;
   // The threads a step runs its chunks on: `threads` when given and the build is parallel.
   int threads() const { return static_cast<int>(workers_.size()); }
+  // In each metrics record: the epoch's seconds depend on it.
+  std::vector<std::pair<std::string, double>> counters() const override { return {{"cpu_threads", threads()}}; }
 
  private:
   struct Replica {

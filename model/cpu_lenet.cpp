@@ -39,7 +39,10 @@ void CpuLenet<T>::run_forward(const LenetView<const T>& p, const T* x, int rows)
 template <typename T>
 StepStats CpuLenet<T>::forward(const T* params, const T* x, const int32_t* labels, int rows, int valid_rows) {
   StepStats st;
-  if (rows == 0) return st;
+  if (rows == 0) {  // no rows: nothing of an earlier call's left behind
+    for (std::vector<T>* v : {&a1_, &p1_, &a2_, &p2_, &h_, &logits_, &dlogits_}) v->clear();
+    return st;
+  }
   run_forward(const_view(params), x, rows);
   dlogits_.resize(logits_.size());
   st.loss_sum = static_cast<double>(softmax_xent(rows, kClasses, logits_.data(), labels, dlogits_.data(), &st.correct, valid_rows));
@@ -51,7 +54,7 @@ StepStats CpuLenet<T>::forward_backward(const T* params, const T* x, const int32
                                         int valid_rows) {
   if (rows == 0) {
     std::fill(grads, grads + kNumParameters, T(0));
-    return {};
+    return forward(params, x, labels, 0, valid_rows);
   }
   const StepStats st = forward(params, x, labels, rows, valid_rows);
   const LenetView<const T> p = const_view(params);

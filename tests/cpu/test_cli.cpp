@@ -448,7 +448,8 @@ TEST_F(Cli, RunPrintsFinalLineAndWritesMetrics) {
   const fs::path metrics = dir_ / "m.jsonl";
   std::ofstream(metrics) << "an older run's record, which a new run replaces\n";
   const Result r = run("--backend cpu --num-gpus 2 --epochs 2 --batch-size 64 --train-limit 300 --test-limit 100 "
-                       "--seed +17 --metrics '" + metrics.string() + "'");  // '+': as every integer flag takes it
+                       "--seed +17 --metrics '" + metrics.string() + "'",  // '+': as every integer flag takes it
+                       "OMP_NUM_THREADS=1 ");
   ASSERT_EQ(r.status, 0) << r.err;
   // The source text's line: accuracy to 2 decimals, seconds to 3 significant digits, the devices.
   EXPECT_TRUE(has_match(r.out, "^test acc: [01]\\.[0-9]{2}, [0-9.]+ sec/epoch on \\[cpu, cpu]\n$")) << r.out;
@@ -459,7 +460,7 @@ TEST_F(Cli, RunPrintsFinalLineAndWritesMetrics) {
   int n = 0;
   const std::set<std::string> fields = {"epoch", "epochs", "train_loss", "train_acc", "test_acc", "epoch_seconds",
                                         "examples_per_second", "backend", "mode", "replicas", "devices",
-                                        "batch_size", "lr", "seed"};
+                                        "batch_size", "lr", "seed", "cpu_threads"};
   while (std::getline(in, line)) {
     ++n;
     const nlohmann::json j = nlohmann::json::parse(line);
@@ -474,6 +475,7 @@ TEST_F(Cli, RunPrintsFinalLineAndWritesMetrics) {
     EXPECT_EQ(j["batch_size"], 64);
     EXPECT_DOUBLE_EQ(j["lr"].get<double>(), 0.2);
     EXPECT_EQ(j["seed"], 17);
+    EXPECT_EQ(j["cpu_threads"], 1);  // OpenMP's default, as OMP_NUM_THREADS sets it
     EXPECT_GT(j["epoch_seconds"].get<double>(), 0.0);
     EXPECT_GE(j["test_acc"].get<double>(), 0.0);
     EXPECT_LE(j["test_acc"].get<double>(), 1.0);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -189,6 +190,26 @@ TEST(Equivalence, TheThreadCountAskedForIsTheOneUsed) {
   if (!engine::cpu_backend_is_parallel()) GTEST_SKIP() << "built without OpenMP: one thread";
   for (const int threads : {1, 2, 5, 40})
     EXPECT_EQ(engine::CpuBackend(2, model::init_parameters<float>(7), threads).threads(), threads);
+}
+
+// A chunk that throws (a failed allocation) ends the step with its error, once every other chunk has run:
+// none may leave the threads' region, nor may the error be lost. Each call gets a thread below `threads`.
+TEST(Equivalence, AnErrorInOneChunkReachesTheCaller) {
+  for (const int threads : {1, 2, 4}) {
+    std::atomic<int> calls{0}, bad_thread{0};
+    try {
+      engine::parallel_for(9, threads, [&](int i, int thread) {
+        ++calls;
+        if (thread < 0 || thread >= threads) ++bad_thread;
+        if (i == 6) throw std::runtime_error("chunk 6 failed");
+      });
+      ADD_FAILURE() << "no error with " << threads << " threads";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "chunk 6 failed") << threads;
+    }
+    EXPECT_EQ(calls, 9) << threads;
+    EXPECT_EQ(bad_thread, 0) << threads;
+  }
 }
 
 // Each chunk has its own gradient buffer and they are added in chunk order: the thread count cannot

@@ -288,11 +288,23 @@ TEST(Gradients, FloatModelMatchesDoubleModel) {
   EXPECT_LT(rel_error(Vec(g32.begin(), g32.end()), g64), 1e-4);
 }
 
+// No rows: a zero gradient, and no logits, activations or loss gradient left from an earlier call.
 TEST(Gradients, ZeroRowsGiveZeroGradient) {
   std::vector<float> params = init_parameters<float>(1), grads(kNumParameters, 1.0f);
+  const std::vector<float> x(2 * kInPixels, 0.5f);
+  const std::vector<int32_t> labels = {3, 7};
   CpuLenet<float> net;
-  const StepStats st = net.forward_backward(params.data(), nullptr, nullptr, 0, grads.data());
-  EXPECT_EQ(st.loss_sum, 0.0);
+  for (const bool backward : {false, true}) {
+    net.forward(params.data(), x.data(), labels.data(), 2);
+    ASSERT_EQ(net.logits().size(), 2u * kClasses);
+    const StepStats st = backward ? net.forward_backward(params.data(), nullptr, nullptr, 0, grads.data())
+                                  : net.forward(params.data(), nullptr, nullptr, 0);
+    EXPECT_EQ(st.loss_sum, 0.0) << backward;
+    EXPECT_EQ(st.correct, 0) << backward;
+    for (const std::vector<float>* v : {&net.logits(), &net.dlogits(), &net.a1(), &net.p1(), &net.a2(), &net.p2(),
+                                        &net.hidden()})
+      EXPECT_TRUE(v->empty()) << backward;
+  }
   for (float g : grads) ASSERT_EQ(g, 0.0f);
 }
 
