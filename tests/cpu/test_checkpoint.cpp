@@ -917,6 +917,31 @@ TEST_F(CheckpointFiles, EveryRowOfTheEpochSoFarCorrectIsResumable) {
   expect_same_state(lenet::engine::load_checkpoint(path_).state, s);
 }
 
+// Too many parameters is as wrong as too few: the extra values belong to no tensor and would be lost.
+TEST_F(CheckpointFiles, SaveRejectsMoreParametersThanTheNetworkHas) {
+  const std::vector<float> long_params(kNumParameters + 1, 0.0f);
+  EXPECT_CONTAINS(save_error(path_, long_params, sample_state()),
+                  std::to_string(kNumParameters + 1) + " parameters, expected " + std::to_string(kNumParameters));
+  EXPECT_TRUE(folder_entries().empty());
+}
+
+// The cpu backend has one mode, cpu: no CUDA mode and no missing mode goes with it, saving or loading.
+TEST_F(CheckpointFiles, TheCpuBackendGoesWithTheCpuModeOnly) {
+  for (const char* mode : {"naive", "graph", ""}) {
+    SCOPED_TRACE(mode);
+    const std::string expected = std::string("backend \"cpu\" with mode \"") + mode + "\" is none of";
+    TrainingState s = sample_state();
+    s.backend = "cpu";
+    s.mode = mode;
+    EXPECT_CONTAINS(save_error(path_, sample_parameters(), s), expected);
+    EXPECT_CONTAINS(rejection(edited([&](json& h) {
+                      h["__metadata__"]["backend"] = "cpu";
+                      h["__metadata__"]["mode"] = mode;
+                    })),
+                    expected);
+  }
+}
+
 // ---- loading: every corruption named ------------------------------------------------------------------
 
 TEST_F(CheckpointFiles, MissingFileAndFolderAreRejected) {
@@ -997,6 +1022,17 @@ TEST_F(CheckpointFiles, HeaderThatIsNotJsonIsRejected) {
   for (const char c : not_utf8) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << not_utf8;
 }
 
+// Only the bytes a terminal cannot show are escaped: DEL (0x7f) is, the parser's own words and spaces
+// are not.
+TEST_F(CheckpointFiles, JsonErrorEscapesTheDeleteByteAndNothingPrintable) {
+  const Parts p = split(valid_bytes());
+  const std::string m = rejection(join("{\x7f}", p.data));
+  EXPECT_CONTAINS(m, "header is not valid JSON");
+  EXPECT_CONTAINS(m, "syntax error while parsing");
+  EXPECT_CONTAINS(m, "'{\\x7f'");
+  for (const char c : m) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << m;
+}
+
 TEST_F(CheckpointFiles, HeaderThatIsNotAnObjectIsRejected) {
   const Parts p = split(valid_bytes());
   EXPECT_CONTAINS(rejection(join("[1,2,3]", p.data)), "not a JSON object");
@@ -1022,6 +1058,26 @@ TEST_F(CheckpointFiles, WrongDtypeIsRejected) {
   EXPECT_CONTAINS(rejection(edited([](json& h) { h["conv2.weight"].erase("dtype"); })), "has no \"dtype\"");
 }
 
+TEST_F(CheckpointFiles, TensorEntryThatIsNotAnObjectIsRejected) {
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["fc2.bias"] = "F32"; })),
+                  "tensor 'fc2.bias' is \"F32\", not an object");
+  EXPECT_CONTAINS(rejection(edited([](json& h) { h["fc2.bias"] = {1, 2}; })),
+                  "tensor 'fc2.bias' is [1,2], not an object");
+}
+
+TEST_F(CheckpointFiles, MissingShapeOrDataOffsetsIsRejected) {
+  for (const char* field : {"shape", "data_offsets"}) {
+    const std::string m = rejection(edited([&](json& h) { h["fc1.weight"].erase(field); }));
+    EXPECT_CONTAINS(m, std::string("tensor 'fc1.weight' has no \"") + field + "\"");
+  }
+}
+
+// A shape must be an array: an object whose values are the right dimensions is no shape.
+TEST_F(CheckpointFiles, ShapeThatIsAnObjectIsRejectedWhateverItHolds) {
+  const std::string m = rejection(edited([](json& h) { h["conv1.bias"]["shape"] = json::object({{"0", 20}}); }));
+  EXPECT_CONTAINS(m, "'conv1.bias' has shape {\"0\":20}, not an array");
+}
+
 TEST_F(CheckpointFiles, MalformedDataOffsetsAreRejected) {
   const std::vector<std::pair<json, std::string>> cases = {
       {json::array({-4, 76}), "non-negative integers"},
@@ -1039,12 +1095,28 @@ TEST_F(CheckpointFiles, MalformedDataOffsetsAreRejected) {
   }
 }
 
+// The end offset is checked as strictly as the begin: a float or a string of the right value is refused.
+TEST_F(CheckpointFiles, DataOffsetsEndThatIsNotAnIntegerIsRejected) {
+  for (const json& end : {json(800.0), json("800")}) {
+    const std::string m =
+        rejection(edited([&](json& h) { h["conv1.bias"]["data_offsets"] = json::array({720, end}); }));
+    EXPECT_CONTAINS(m, "'conv1.bias' has data_offsets [720," + end.dump() +
+                           "], expected [begin,end] of non-negative integers");
+  }
+}
+
 TEST_F(CheckpointFiles, OverlappingOffsetsAreRejected) {
   // conv1.bias moved 4 bytes back onto the last float of conv1.weight.
   const std::string m = rejection(edited([](json& h) { h["conv1.bias"]["data_offsets"] = {716, 796}; }));
   EXPECT_CONTAINS(m, "'conv1.bias' at bytes [716,796) overlaps tensor 'conv1.weight'");
   // fc2.bias (40 bytes) on the first half of conv1.bias; the 40 bytes it leaves at the end are no excuse.
   EXPECT_CONTAINS(rejection(edited([](json& h) { h["fc2.bias"]["data_offsets"] = {720, 760}; })), "overlaps");
+}
+
+// The overlap is measured against where the earlier tensor ends, and the message says where that is.
+TEST_F(CheckpointFiles, OverlapNamesWhereTheEarlierTensorEnds) {
+  const std::string m = rejection(edited([](json& h) { h["conv1.bias"]["data_offsets"] = {716, 796}; }));
+  EXPECT_CONTAINS(m, "overlaps tensor 'conv1.weight', which ends at 720");
 }
 
 TEST_F(CheckpointFiles, GapInOffsetsIsRejected) {

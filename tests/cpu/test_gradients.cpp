@@ -120,6 +120,32 @@ TEST(Gradients, AvgPoolWithOddSideDropsLastRowAndColumn) {
   EXPECT_EQ(dx[8 * 9], 0.0);   // last row
 }
 
+// Pooling on a plane wider than it is tall: the output width comes from the width, the height from the
+// height (LeNet's planes are square, so only this test tells them apart).
+TEST(Gradients, AvgPoolOfAPlaneWiderThanItIsTall) {
+  std::mt19937 gen(13);
+  const int planes = 2, h = 5, w = 8, oh = 2, ow = 4;
+  Vec x = random_vec(size_t(planes) * h * w, gen);
+  const Vec r = random_vec(size_t(planes) * oh * ow, gen);
+  Vec y(r.size());
+  auto loss = [&] {
+    avgpool2_forward(planes, h, w, x.data(), y.data());
+    return dot(y, r);
+  };
+  loss();
+  for (int p = 0; p < planes; ++p)
+    for (int i = 0; i < oh; ++i)
+      for (int j = 0; j < ow; ++j) {
+        const double* q = x.data() + (size_t(p) * h + 2 * i) * w + 2 * j;
+        EXPECT_DOUBLE_EQ(y[(size_t(p) * oh + i) * ow + j], (q[0] + q[1] + q[w] + q[w + 1]) / 4) << p << i << j;
+      }
+  Vec dx(x.size(), std::nan(""));
+  avgpool2_backward(planes, h, w, r.data(), dx.data());
+  EXPECT_LT(rel_error(dx, numeric_grad(x, loss)), kBound);
+  EXPECT_EQ(dx[size_t(4) * w], 0.0);  // the last row, dropped
+  EXPECT_EQ(dx[size_t(h) * w + 4 * w + 7], 0.0);
+}
+
 TEST(Gradients, Relu) {
   std::mt19937 gen(3);
   Vec x = random_vec(50, gen);

@@ -3,11 +3,14 @@
 // mid-epoch or at an epoch's end; and a diverging run is stopped with the epoch named.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -226,6 +229,47 @@ TEST(Trainer, EmptyTrainingSetIsRefusedNotDividedBy) {
   empty.test = data().test;
   std::ostringstream log;
   EXPECT_THROW(engine::train(b, empty, options(), log, false), std::invalid_argument);
+}
+
+// A backend that trains nothing and keeps the rows each step is given.
+class RowRecorder final : public engine::Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  std::string mode() const override { return "cpu"; }
+  std::vector<std::string> devices() const override { return {"cpu"}; }
+  void train_step(const io::Split&, const uint32_t* idx, int rows, float) override {
+    steps.emplace_back(idx, idx + rows);
+  }
+  engine::TrainStats take_train_stats() override { return {}; }
+  int64_t count_correct(const io::Split&, int) override { return 0; }
+  std::vector<float> parameters(int) const override { return std::vector<float>(model::kNumParameters, 0.0f); }
+  std::vector<std::vector<uint32_t>> steps;
+};
+
+// Each epoch's steps take the minibatches of its shuffle in turn, together every training example once;
+// a run resumed mid-epoch is given the rows the uninterrupted run was given from that step on.
+TEST(Trainer, EachEpochsStepsTrainOnEveryExampleOnce) {
+  RowRecorder whole;
+  std::ostringstream log;
+  engine::train(whole, data(), options(), log, false);
+  ASSERT_EQ(whole.steps.size(), 32u);  // 2 epochs of 16 steps
+  for (size_t e = 0; e < 2; ++e) {
+    SCOPED_TRACE("epoch " + std::to_string(e + 1));
+    std::vector<uint32_t> rows;
+    for (size_t s = 16 * e; s < 16 * (e + 1); ++s) {
+      EXPECT_EQ(whole.steps[s].size(), s % 16 == 15 ? 40u : 64u) << "step " << s;
+      rows.insert(rows.end(), whole.steps[s].begin(), whole.steps[s].end());
+    }
+    std::sort(rows.begin(), rows.end());
+    std::vector<uint32_t> every(data().train.size());
+    std::iota(every.begin(), every.end(), 0u);
+    EXPECT_EQ(rows, every);
+  }
+  RowRecorder resumed;
+  engine::TrainOptions o = options();
+  o.start_step = 5;
+  engine::train(resumed, data(), o, log, false);
+  EXPECT_EQ(resumed.steps, std::vector<std::vector<uint32_t>>(whole.steps.begin() + 5, whole.steps.end()));
 }
 
 TEST(Diverging, NonFiniteLossStopsWithTheEpochNamed) {
