@@ -82,7 +82,8 @@ nlohmann::json epoch_record(const EpochMetrics& m, const Backend& backend, const
 // negative seconds (evaluation only) print "no training" instead.
 std::string final_line(double test_acc, double seconds_per_epoch, const std::vector<std::string>& devices);
 
-// x to 3 significant digits without an exponent (12.4, 3.04, 0.0123, 1234).
+// x to 3 significant digits (12.4, 3.04, 0.0123, 1230 for 1234), with an exponent only from 999,500 on
+// (1e+06); 0, inf and nan as themselves.
 std::string three_significant(double x);
 
 }  // namespace lenet::engine

@@ -1255,13 +1255,13 @@ TEST_F(Cli, LiveLineKeepsWithinTheTerminalWidth) {
   EXPECT_GE(live, 2) << said;  // an epoch's last step is always drawn
 }
 
-// Whether the main thread of `pid` is inside write(2) on its stdout (/proc/PID/syscall: the call's number
-// and first argument), or nullopt where that file cannot be read.
-std::optional<bool> writing_stdout(pid_t pid) {
+// Whether the main thread of `pid` is inside write(2) on its file descriptor `fd` (/proc/PID/syscall: the
+// call's number and first argument), or nullopt where that file cannot be read.
+std::optional<bool> writing_to(pid_t pid, int fd) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/syscall");
-  std::string number, fd;
-  if (!(in >> number >> fd)) return std::nullopt;
-  return number == std::to_string(SYS_write) && fd == "0x1";
+  std::string number, first;
+  if (!(in >> number >> first)) return std::nullopt;
+  return number == std::to_string(SYS_write) && first == "0x" + std::to_string(fd);
 }
 
 // A signal while a write waits on a full pipe (a reader that does not read yet) is a stop, not a failed
@@ -1306,7 +1306,7 @@ TEST_F(Cli, SignalWhileAWriteWaitsOnAFullPipeIsAStop) {
     ::usleep(20000);
   }
   EXPECT_EQ(unchanged, 10) << queued << " of " << capacity << " bytes in the pipe: " << lenet::testing::slurp(err);
-  if (const std::optional<bool> waits = writing_stdout(pid); waits.has_value() && !exited) {
+  if (const std::optional<bool> waits = writing_to(pid, STDOUT_FILENO); waits.has_value() && !exited) {
     EXPECT_TRUE(*waits) << "the run is not waiting in write(2) on its stdout, so the signal would not test that";
   }
   if (!exited) {
@@ -1328,6 +1328,78 @@ TEST_F(Cli, SignalWhileAWriteWaitsOnAFullPipeIsAStop) {
   const std::string said = lenet::testing::slurp(err);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 143) << status << ": " << said;
   EXPECT_NE(said.find("stopped by signal 15"), std::string::npos) << said;
+}
+
+// Once the stop's line is being written, another signal does nothing: the run ends as the first signal
+// said, with its status, not "at once". The line waits on a full stderr pipe (this test fills it before
+// the run starts), and the second signal, of another kind, comes while the run waits in write(2) there.
+TEST_F(Cli, SignalWhileTheStopsLineIsWrittenChangesNothing) {
+  if (!fs::exists("/proc/self/syscall"))
+    GTEST_SKIP() << "no /proc/PID/syscall: no way to know the line is being written";
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  ASSERT_EQ(::fcntl(fds[1], F_SETFL, O_NONBLOCK), 0);
+  const std::string filler(4096, 'x');
+  size_t filled = 0;
+  for (ssize_t n; (n = ::write(fds[1], filler.data(), filler.size())) > 0;) filled += static_cast<size_t>(n);
+  ASSERT_EQ(errno, EAGAIN) << std::strerror(errno);
+  ASSERT_EQ(::fcntl(fds[1], F_SETFL, 0), 0);
+  const std::string metrics = (dir_ / "m.jsonl").string();
+  posix_spawn_file_actions_t actions;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  ::posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  ::posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+  pid_t pid = 0;
+  const int spawned = spawn_train({"--backend", "cpu", "--quiet", "--train-limit", "3000", "--test-limit", "100",
+                                   "--epochs", "100", "--metrics", metrics},
+                                  actions, pid);
+  ::close(fds[1]);
+  if (spawned != 0) ::close(fds[0]);
+  ASSERT_EQ(spawned, 0) << std::strerror(spawned);
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::minutes(2);
+  int status = 0;
+  bool exited = false;
+  const auto going = [&] {  // the run has not ended, and the wait has not
+    return !(exited = exited || ::waitpid(pid, &status, WNOHANG) == pid) && Clock::now() < deadline;
+  };
+  const auto recorded = [&] {  // the first epoch's record is written
+    std::error_code ec;
+    const auto size = fs::file_size(metrics, ec);
+    return !ec && size > 0;
+  };
+  while (going() && !recorded()) ::usleep(20000);
+  if (going()) ::kill(pid, SIGTERM);
+  bool waits = false;  // "running" is neither a call nor a wait
+  while (going() && !(waits = writing_to(pid, STDERR_FILENO) == true)) ::usleep(10000);
+  if (going() && waits) {
+    ::kill(pid, SIGINT);
+    while (going() && signal_pending(pid, 0)) ::usleep(1000);
+  }
+  std::string said;
+  char buffer[1 << 16];
+  pollfd reader = {fds[0], POLLIN, 0};
+  const auto left_ms = [&] {
+    return static_cast<int>(std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count()));
+  };
+  for (ssize_t n = 1; n > 0 && ::poll(&reader, 1, left_ms()) == 1;) {
+    n = ::read(fds[0], buffer, sizeof buffer);
+    if (n > 0) said.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  if (!exited) {
+    if (Clock::now() >= deadline) ::kill(pid, SIGKILL);  // a failure, not a hung test
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  }
+  ASSERT_TRUE(waits) << "the run never waited in write(2) on its stderr: "
+                     << said.substr(std::min(filled, said.size()));
+  ASSERT_GE(said.size(), filled);
+  said.erase(0, filled);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 143) << status << ": " << said;
+  EXPECT_EQ(said.rfind("lenet-train: stopped by signal 15 ", 0), 0u) << said;
+  EXPECT_EQ(std::count(said.begin(), said.end(), '\n'), 1) << said;
 }
 
 // A second signal ends the run at once, still with its line on stderr and 128 + signal. Two different
@@ -1562,6 +1634,94 @@ TEST_F(Cli, ResumeWithAModeGivenKeepsItInTheCommandThatGoesOn) {
   const size_t at = r.err.find("go on with: ");
   ASSERT_NE(at, std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("--mode", at), std::string::npos) << r.err;
+}
+
+// The refusal of more replicas than a minibatch has rows names each flag's value beside it.
+TEST_F(Cli, MoreReplicasThanRowsIsRefusedNamingBothValues) {
+  expect_usage_error("--backend cpu --batch-size 4 --replicas 5",
+                     "--replicas 5 is larger than --batch-size 4: every replica needs a row of a full minibatch");
+}
+
+// A limit of 0 is out of range, for the test set as for the training set: it would read as no limit at all.
+// (--epochs 0 without --load: a limit let through meets that refusal instead of starting a run.)
+TEST_F(Cli, LimitOfZeroIsOutOfRange) {
+  for (const std::string flag : {"--train-limit", "--test-limit"})
+    expect_usage_error("--backend cpu --epochs 0 " + flag + " 0", flag + ": 0 is out of range (1 to ");
+}
+
+// On the CPU --replicas, where given, is the replica count (not --num-gpus); without it --num-gpus is. The
+// run trains with that count and its checkpoint records it, which a resumed run trains with.
+TEST_F(Cli, CpuReplicaCountIsTheRunsAndItsCheckpoints) {
+  const std::string quick = "--backend cpu --quiet --epochs 1 --train-limit 64 --test-limit 64 --num-gpus 2 ";
+  for (const auto& [flags, devices] :
+       {std::pair<std::string, std::string>{"--replicas 3", "cpu, cpu, cpu"}, {"", "cpu, cpu"}}) {
+    const std::string c = (dir_ / "c.safetensors").string();
+    const Result r = run(quick + flags + " --save '" + c + "'");
+    ASSERT_EQ(r.status, 0) << flags << ": " << r.err;
+    EXPECT_NE(r.out.find(" on [" + devices + "]\n"), std::string::npos) << flags << ": " << r.out;
+    const std::optional<lenet::engine::TrainingState> st = lenet::engine::load_checkpoint(c).state;
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->replicas, static_cast<int>(std::count(devices.begin(), devices.end(), ',') + 1)) << flags;
+  }
+}
+
+// Without --train-limit and --test-limit a checkpoint records the sizes of the whole data set, against
+// which a resumed run's --test-limit is checked.
+TEST_F(Cli, CheckpointRecordsTheDataSetsSizesWithoutLimits) {
+  const fs::path data = dir_ / "data";
+  fs::create_directory(data);
+  lenet::testing::write_data_set(data.string(), 64, 32);
+  const std::string c = (dir_ / "c.safetensors").string();
+  const std::string on = "--backend cpu --quiet --data-dir '" + data.string() + "' ";
+  ASSERT_EQ(run(on + "--epochs 1 --save '" + c + "'").status, 0);
+  const std::optional<lenet::engine::TrainingState> st = lenet::engine::load_checkpoint(c).state;
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->train_examples, 64u);
+  EXPECT_EQ(st->test_examples, 32u);
+  expect_usage_error(on + "--epochs 2 --test-limit 16 --resume '" + c + "'",
+                     "--test-limit differs from the value 32 saved in --resume");
+}
+
+// The final line's accuracy is the last epoch's (not the first's), and evaluating the saved parameters
+// (--epochs 0 --load) gives it again: the correct count over the test set, here without a --train-limit.
+// Still on the plateau, --lr 2 changes the class predicted: 0.09, then 0.11 on these 500 test examples.
+TEST_F(Cli, FinalLineHasTheLastEpochsAccuracyAndEvaluationGivesItAgain) {
+  const std::string a = (dir_ / "a.safetensors").string(), metrics = (dir_ / "m.jsonl").string();
+  const Result r = run("--backend cpu --quiet --epochs 2 --lr 2 --batch-size 64 --train-limit 1000 --test-limit 500 "
+                       "--save '" + a + "' --metrics '" + metrics + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::ifstream in(metrics);
+  std::vector<std::string> accuracies;
+  for (std::string line; std::getline(in, line);) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f", nlohmann::json::parse(line).at("test_acc").get<double>());
+    accuracies.push_back(text);
+  }
+  ASSERT_EQ(accuracies.size(), 2u);
+  ASSERT_NE(accuracies[0], accuracies[1]) << "the epochs' accuracies must differ for this test to tell them apart";
+  EXPECT_EQ(r.out.rfind("test acc: " + accuracies[1] + ", ", 0), 0u) << r.out;
+  const Result evaluated = run("--backend cpu --epochs 0 --test-limit 500 --load '" + a + "'");
+  ASSERT_EQ(evaluated.status, 0) << evaluated.err;
+  EXPECT_EQ(evaluated.out, "test acc: " + accuracies[1] + ", no training on [cpu]\n");
+}
+
+// A diverging run says where the last good checkpoint is only where there is one (here no --save and no
+// --resume), and names the largest magnitude of the parameters it loaded, here that of a negative one.
+TEST_F(Cli, DivergingRunNamesOnlyACheckpointThereIsAndTheLargestMagnitudeLoaded) {
+  const std::string quick = "--backend cpu --quiet --epochs 2 --train-limit 500 --test-limit 100 ";
+  Result r = run(quick + "--lr 1e6");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("non-finite training loss"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("checkpoint"), std::string::npos) << r.err;
+  std::vector<float> p(lenet::model::init_parameters<float>(1).size(), 3e38f);
+  p[0] = -3.4e38f;
+  const std::string huge = (dir_ / "huge.safetensors").string();
+  lenet::engine::save_checkpoint(huge, p, {1, 2, 1, 2, 0.2, 256, 1, 500, {}});
+  r = run(quick + "--load '" + huge + "'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("; the run started from --load " + huge + ", whose largest parameter magnitude is 3.4e+38\n"),
+            std::string::npos)
+      << r.err;
 }
 
 }  // namespace

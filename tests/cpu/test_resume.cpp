@@ -1,18 +1,27 @@
 // Interrupted-then-resumed training equals uninterrupted training bit for bit (the shuffle of epoch e
 // depends only on the seed and e, and a checkpoint holds everything else), whether the run stopped
-// mid-epoch or at an epoch's end; and a diverging run is stopped with the epoch named.
+// mid-epoch or at an epoch's end; a diverging run is stopped with the epoch named; and the trainer's
+// progress lines and metrics records say what the backend's steps did.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <sstream>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
 #include <nlohmann/json.hpp>
+#include <pty.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "engine/checkpoint.hpp"
@@ -424,6 +433,200 @@ TEST(Resume, NoStopIsAskedForAfterTheLastEpoch) {
   std::ostringstream log;
   EXPECT_NO_THROW(engine::train(b, data(), o, log, false));
   EXPECT_EQ(asked, 31u);
+}
+
+// A backend that trains nothing: each step adds `loss_per_row` per row to the loss sum, gets half its rows
+// right and takes `step_time` (so that the examples/s a live line shows has a known number of digits); a
+// quarter of a split counts as right. Its counters are what a record adds to the documented fields.
+class FixedBackend : public engine::Backend {
+ public:
+  explicit FixedBackend(double loss_per_row, std::chrono::milliseconds step_time = {})
+      : loss_per_row_(loss_per_row), step_time_(step_time) {}
+  std::string name() const override { return "fixed"; }
+  std::string mode() const override { return "fixed"; }
+  std::vector<std::string> devices() const override { return {"none"}; }
+  void train_step(const io::Split&, const uint32_t*, int rows, float) override {
+    if (step_time_.count() > 0) std::this_thread::sleep_for(step_time_);
+    stats_.loss_sum += loss_per_row_ * rows;
+    stats_.correct += rows / 2;
+  }
+  engine::TrainStats take_train_stats() override { return std::exchange(stats_, engine::TrainStats{}); }
+  int64_t count_correct(const io::Split& split, int) override { return int64_t(split.size() / 4); }
+  std::vector<float> parameters(int) const override { return std::vector<float>(model::kNumParameters, 0.0f); }
+  std::vector<std::pair<std::string, double>> counters() const override { return counters_; }
+
+  std::vector<std::pair<std::string, double>> counters_;
+
+ private:
+  double loss_per_row_;
+  std::chrono::milliseconds step_time_;
+  engine::TrainStats stats_;
+};
+
+// While it lives, stderr (whose terminal width a live line keeps within) is the file descriptor `fd`.
+class StderrAs {
+ public:
+  explicit StderrAs(int fd) : saved_(::dup(STDERR_FILENO)) { ::dup2(fd, STDERR_FILENO); }
+  ~StderrAs() {
+    ::dup2(saved_, STDERR_FILENO);
+    ::close(saved_);
+  }
+  StderrAs(const StderrAs&) = delete;
+  StderrAs& operator=(const StderrAs&) = delete;
+
+ private:
+  int saved_;
+};
+
+// What train() shows on a terminal (`terminal`) or in plain lines, with stderr /dev/null (no width to keep
+// within) while it runs; TrainingStopped ends it early.
+std::string progress_of(engine::Backend& b, const engine::TrainOptions& o, bool terminal) {
+  std::ostringstream log;
+  const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  {
+    const StderrAs quiet_stderr(null);
+    try {
+      engine::train(b, data(), o, log, terminal);
+    } catch (const engine::TrainingStopped&) {
+    }
+  }
+  ::close(null);
+  return log.str();
+}
+
+// Each epoch's line says what its metrics record says: the loss to 4 decimals, the train and the test
+// accuracy (here 0.5 and 0.25) to 3, the seconds to 3 significant digits, the examples per second whole.
+TEST(Trainer, EpochLineSaysWhatTheRecordSays) {
+  FixedBackend b(2.302585);
+  engine::TrainOptions o = options();
+  o.quiet = false;
+  o.metrics_path = temporary("-lines.jsonl").string();
+  const std::string shown = progress_of(b, o, false);
+  const std::vector<nlohmann::json> records = read_records(o.metrics_path);
+  ASSERT_EQ(records.size(), 2u);
+  std::string want;
+  for (const nlohmann::json& r : records) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "epoch %d/2: train loss %.4f, train acc %.3f, test acc %.3f, %s s (%.0f examples/s)\n",
+                  r["epoch"].get<int>(), r["train_loss"].get<double>(), r["train_acc"].get<double>(),
+                  r["test_acc"].get<double>(), engine::three_significant(r["epoch_seconds"].get<double>()).c_str(),
+                  r["examples_per_second"].get<double>());
+    want += line;
+  }
+  EXPECT_EQ(shown, want);
+  EXPECT_NE(shown.find("train loss 2.3026, train acc 0.500, test acc 0.250, "), std::string::npos) << shown;
+}
+
+// A mean loss of a million is shown in scientific notation, one just below it with 4 decimals.
+TEST(Trainer, EpochLineShowsALossFromAMillionOnInScientificNotation) {
+  for (const auto& [loss, shown] : {std::pair<double, std::string>{999999.5, "999999.5000"}, {1e6, "1.0000e+06"}}) {
+    FixedBackend b(loss);  // 1000 rows of it: an exact sum and mean
+    engine::TrainOptions o = options();
+    o.epochs = 1;
+    o.quiet = false;
+    const std::string said = progress_of(b, o, false);
+    EXPECT_EQ(said.rfind("epoch 1/1: train loss " + shown + ", ", 0), 0u) << said;
+  }
+}
+
+// On a terminal the live line is drawn at an epoch's first step (nothing drawn yet) and always at its
+// last, whatever the 4-a-second limit held back between (steps here take microseconds); the bar has 30
+// columns filled in proportion, and the epoch's line clears the live line first, leaving none open.
+TEST(Trainer, LiveLineShowsTheEpochsLastStepAndMakesWayForTheEpochsLine) {
+  FixedBackend b(2.0);
+  engine::TrainOptions o = options();
+  o.quiet = false;
+  const std::string said = progress_of(b, o, true);
+  const std::string clear = "\r\x1b[2K";
+  EXPECT_NE(said.find(clear + "epoch 1/2 [#" + std::string(29, '.') + "] 1/16 steps, "), std::string::npos) << said;
+  for (const std::string epoch : {"1", "2"}) {
+    const std::string last = clear + "epoch " + epoch + "/2 [" + std::string(30, '#') + "] 16/16 steps, ";
+    EXPECT_NE(said.find(last), std::string::npos) << said;
+    EXPECT_NE(said.find(" examples/s" + clear + "epoch " + epoch + "/2: train loss "), std::string::npos) << said;
+  }
+  ASSERT_FALSE(said.empty());
+  EXPECT_EQ(said.back(), '\n') << said;
+}
+
+// A stop (or an error) leaving the loop while a live line is open clears it, so that the message said next
+// starts on an empty row.
+TEST(Trainer, AStopClearsTheLiveLine) {
+  FixedBackend b(2.0);
+  engine::TrainOptions o = options();
+  o.quiet = false;
+  int asked = 0;
+  o.stop_requested = [&] { return ++asked == 5 ? 15 : 0; };
+  const std::string said = progress_of(b, o, true);
+  ASSERT_EQ(asked, 5) << said;
+  ASSERT_NE(said.find("] 1/16 steps, "), std::string::npos) << "no live line was drawn: " << said;
+  EXPECT_EQ(said.substr(said.rfind('\r')), "\r\x1b[2K") << said;
+}
+
+// A live line exactly as wide as the terminal is cut to one column less too: a full row would leave the
+// cursor at its end, where the next draw's clear would not reach a row it wrapped to. One step of 1000
+// rows that takes 0.3 s draws "epoch 1/1 [" + 30 '#' + "] 1/1 steps, NNNN examples/s", 69 columns (the
+// rate has 4 digits for any step of 0.1 to 1 s), on a terminal of 69.
+TEST(Trainer, LiveLineAsWideAsTheTerminalIsCut) {
+  struct winsize size {};
+  size.ws_row = 24;
+  size.ws_col = 69;
+  int master = -1, slave = -1;
+  ASSERT_EQ(::openpty(&master, &slave, nullptr, nullptr, &size), 0) << std::strerror(errno);
+  FixedBackend b(2.0, std::chrono::milliseconds(300));
+  engine::TrainOptions o = options();
+  o.epochs = 1;
+  o.batch_size = 1000;
+  o.quiet = false;
+  std::ostringstream log;
+  {
+    const StderrAs terminal(slave);
+    engine::train(b, data(), o, log, true);
+  }
+  ::close(slave);
+  ::close(master);
+  const std::string said = log.str(), start = "\r\x1b[2Kepoch 1/1 [" + std::string(30, '#') + "] 1/1 steps, ";
+  ASSERT_EQ(said.rfind(start, 0), 0u) << said;
+  const std::string line = said.substr(5, said.find('\r', 5) - 5);
+  EXPECT_EQ(line.size(), 68u) << line;
+  EXPECT_EQ(line.substr(line.size() - 10), " examples/") << line;
+}
+
+// The documented fields, then the backend's counters (a CUDA graph backend's instantiations).
+TEST(Trainer, RecordHoldsTheBackendsCounters) {
+  FixedBackend b(2.0);
+  b.counters_ = {{"graph_instantiations", 3}};
+  engine::EpochMetrics m;
+  m.epoch = 1;
+  const nlohmann::json r = engine::epoch_record(m, b, options());
+  EXPECT_EQ(r.at("graph_instantiations"), 3.0);
+  EXPECT_EQ(r.at("backend"), "fixed");
+  EXPECT_EQ(r.size(), 15u) << r.dump();
+}
+
+// Seconds of 0 and non-finite ones are shown as themselves, not worked through a logarithm; only negative
+// seconds per epoch (an evaluation) make the final line say "no training".
+TEST(Trainer, ZeroAndNonFiniteSecondsAreShownAsThemselves) {
+  EXPECT_EQ(engine::three_significant(0.0), "0");
+  EXPECT_EQ(engine::three_significant(INFINITY), "inf");
+  EXPECT_EQ(engine::three_significant(NAN), "nan");
+  EXPECT_EQ(engine::final_line(0.5, 0.0, {"cpu"}), "test acc: 0.50, 0 sec/epoch on [cpu]");
+  EXPECT_EQ(engine::final_line(0.5, -1.0, {"cpu", "cpu"}), "test acc: 0.50, no training on [cpu, cpu]");
+}
+
+// A metrics file that cannot be opened (its folder is missing) is named with the system's reason.
+TEST(Trainer, MetricsFileThatCannotBeOpenedIsNamedWithTheReason) {
+  FixedBackend b(2.0);
+  engine::TrainOptions o = options();
+  o.metrics_path = (temporary("-missing") / "m.jsonl").string();
+  std::ostringstream log;
+  try {
+    engine::train(b, data(), o, log, false);
+    ADD_FAILURE() << "trained without its metrics file";
+  } catch (const io::DataError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              o.metrics_path + ": cannot open the --metrics file for writing (No such file or directory)");
+  }
 }
 
 // The rule the CPU backend and the GPU loss kernel share (model/step_tracker.hpp).
