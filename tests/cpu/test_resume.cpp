@@ -240,47 +240,6 @@ TEST(Trainer, EmptyTrainingSetIsRefusedNotDividedBy) {
   EXPECT_THROW(engine::train(b, empty, options(), log, false), std::invalid_argument);
 }
 
-// A backend that trains nothing and keeps the rows each step is given.
-class RowRecorder final : public engine::Backend {
- public:
-  std::string name() const override { return "cpu"; }
-  std::string mode() const override { return "cpu"; }
-  std::vector<std::string> devices() const override { return {"cpu"}; }
-  void train_step(const io::Split&, const uint32_t* idx, int rows, float) override {
-    steps.emplace_back(idx, idx + rows);
-  }
-  engine::TrainStats take_train_stats() override { return {}; }
-  int64_t count_correct(const io::Split&, int) override { return 0; }
-  std::vector<float> parameters(int) const override { return std::vector<float>(model::kNumParameters, 0.0f); }
-  std::vector<std::vector<uint32_t>> steps;
-};
-
-// Each epoch's steps take the minibatches of its shuffle in turn, together every training example once;
-// a run resumed mid-epoch is given the rows the uninterrupted run was given from that step on.
-TEST(Trainer, EachEpochsStepsTrainOnEveryExampleOnce) {
-  RowRecorder whole;
-  std::ostringstream log;
-  engine::train(whole, data(), options(), log, false);
-  ASSERT_EQ(whole.steps.size(), 32u);  // 2 epochs of 16 steps
-  for (size_t e = 0; e < 2; ++e) {
-    SCOPED_TRACE("epoch " + std::to_string(e + 1));
-    std::vector<uint32_t> rows;
-    for (size_t s = 16 * e; s < 16 * (e + 1); ++s) {
-      EXPECT_EQ(whole.steps[s].size(), s % 16 == 15 ? 40u : 64u) << "step " << s;
-      rows.insert(rows.end(), whole.steps[s].begin(), whole.steps[s].end());
-    }
-    std::sort(rows.begin(), rows.end());
-    std::vector<uint32_t> every(data().train.size());
-    std::iota(every.begin(), every.end(), 0u);
-    EXPECT_EQ(rows, every);
-  }
-  RowRecorder resumed;
-  engine::TrainOptions o = options();
-  o.start_step = 5;
-  engine::train(resumed, data(), o, log, false);
-  EXPECT_EQ(resumed.steps, std::vector<std::vector<uint32_t>>(whole.steps.begin() + 5, whole.steps.end()));
-}
-
 TEST(Diverging, NonFiniteLossStopsWithTheEpochNamed) {
   engine::CpuBackend b(1, model::init_parameters<float>(1));
   engine::TrainOptions o = options();
@@ -435,9 +394,10 @@ TEST(Resume, NoStopIsAskedForAfterTheLastEpoch) {
   EXPECT_EQ(asked, 31u);
 }
 
-// A backend that trains nothing: each step adds `loss_per_row` per row to the loss sum, gets half its rows
-// right and takes `step_time` (so that the examples/s a live line shows has a known number of digits); a
-// quarter of a split counts as right. Its counters are what a record adds to the documented fields.
+// A backend that trains nothing: each step keeps the rows it is given in `steps`, adds `loss_per_row` per row
+// to the loss sum, gets half its rows right and takes `step_time` (so that the examples/s a live line shows
+// has a known number of digits); a quarter of a split counts as right. Its counters are what a record adds
+// to the documented fields.
 class FixedBackend : public engine::Backend {
  public:
   explicit FixedBackend(double loss_per_row, std::chrono::milliseconds step_time = {})
@@ -445,7 +405,8 @@ class FixedBackend : public engine::Backend {
   std::string name() const override { return "fixed"; }
   std::string mode() const override { return "fixed"; }
   std::vector<std::string> devices() const override { return {"none"}; }
-  void train_step(const io::Split&, const uint32_t*, int rows, float) override {
+  void train_step(const io::Split&, const uint32_t* idx, int rows, float) override {
+    steps.emplace_back(idx, idx + rows);
     if (step_time_.count() > 0) std::this_thread::sleep_for(step_time_);
     stats_.loss_sum += loss_per_row_ * rows;
     stats_.correct += rows / 2;
@@ -456,6 +417,7 @@ class FixedBackend : public engine::Backend {
   std::vector<std::pair<std::string, double>> counters() const override { return counters_; }
 
   std::vector<std::pair<std::string, double>> counters_;
+  std::vector<std::vector<uint32_t>> steps;
 
  private:
   double loss_per_row_;
@@ -492,6 +454,32 @@ std::string progress_of(engine::Backend& b, const engine::TrainOptions& o, bool 
   }
   ::close(null);
   return log.str();
+}
+
+// Each epoch's steps take the minibatches of its shuffle in turn, together every training example once;
+// a run resumed mid-epoch is given the rows the uninterrupted run was given from that step on.
+TEST(Trainer, EachEpochsStepsTrainOnEveryExampleOnce) {
+  FixedBackend whole(0.0);
+  std::ostringstream log;
+  engine::train(whole, data(), options(), log, false);
+  ASSERT_EQ(whole.steps.size(), 32u);  // 2 epochs of 16 steps
+  for (size_t e = 0; e < 2; ++e) {
+    SCOPED_TRACE("epoch " + std::to_string(e + 1));
+    std::vector<uint32_t> rows;
+    for (size_t s = 16 * e; s < 16 * (e + 1); ++s) {
+      EXPECT_EQ(whole.steps[s].size(), s % 16 == 15 ? 40u : 64u) << "step " << s;
+      rows.insert(rows.end(), whole.steps[s].begin(), whole.steps[s].end());
+    }
+    std::sort(rows.begin(), rows.end());
+    std::vector<uint32_t> every(data().train.size());
+    std::iota(every.begin(), every.end(), 0u);
+    EXPECT_EQ(rows, every);
+  }
+  FixedBackend resumed(0.0);
+  engine::TrainOptions o = options();
+  o.start_step = 5;
+  engine::train(resumed, data(), o, log, false);
+  EXPECT_EQ(resumed.steps, std::vector<std::vector<uint32_t>>(whole.steps.begin() + 5, whole.steps.end()));
 }
 
 // Each epoch's line says what its metrics record says: the loss to 4 decimals, the train and the test
