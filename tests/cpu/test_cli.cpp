@@ -1256,12 +1256,12 @@ TEST_F(Cli, LiveLineKeepsWithinTheTerminalWidth) {
 }
 
 // Whether the main thread of `pid` is inside write(2) on its file descriptor `fd` (/proc/PID/syscall: the
-// call's number and first argument), or nullopt where that file cannot be read.
+// call's number and first argument, or "running"), or nullopt where that file cannot be read.
 std::optional<bool> writing_to(pid_t pid, int fd) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/syscall");
   std::string number, first;
-  if (!(in >> number >> first)) return std::nullopt;
-  return number == std::to_string(SYS_write) && first == "0x" + std::to_string(fd);
+  if (!(in >> number)) return std::nullopt;
+  return number == std::to_string(SYS_write) && in >> first && first == "0x" + std::to_string(fd);
 }
 
 // A signal while a write waits on a full pipe (a reader that does not read yet) is a stop, not a failed
@@ -1371,8 +1371,13 @@ TEST_F(Cli, SignalWhileTheStopsLineIsWrittenChangesNothing) {
   };
   while (going() && !recorded()) ::usleep(20000);
   if (going()) ::kill(pid, SIGTERM);
-  bool waits = false;  // "running" is neither a call nor a wait
-  while (going() && !(waits = writing_to(pid, STDERR_FILENO) == true)) ::usleep(10000);
+  bool waits = false, unreadable = false;  // "running" is neither a call nor a wait
+  while (!waits && !unreadable && going()) {
+    const std::optional<bool> in_write = writing_to(pid, STDERR_FILENO);
+    waits = in_write.value_or(false);
+    unreadable = !in_write.has_value() && going();  // not because the run has ended
+    if (!waits) ::usleep(10000);
+  }
   if (going() && waits) {
     ::kill(pid, SIGINT);
     while (going() && signal_pending(pid, 0)) ::usleep(1000);
@@ -1393,6 +1398,7 @@ TEST_F(Cli, SignalWhileTheStopsLineIsWrittenChangesNothing) {
     if (Clock::now() >= deadline) ::kill(pid, SIGKILL);  // a failure, not a hung test
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   }
+  if (unreadable) GTEST_SKIP() << "the run's /proc/PID/syscall cannot be read (a ptrace scope?)";
   ASSERT_TRUE(waits) << "the run never waited in write(2) on its stderr: "
                      << said.substr(std::min(filled, said.size()));
   ASSERT_GE(said.size(), filled);
