@@ -132,6 +132,19 @@ TEST(ConvAlgoChoice, AFailedQueryOrTrialStopsThatCandidatesLaterRowCounts) {
                                              "settle", "query 1@16", "settle"}));
 }
 
+// Each way to fail names the row count it failed at, here the first of two, not the last one tried.
+TEST(ConvAlgoChoice, AFailureNamesTheRowCountItHappenedAt) {
+  ScriptedDevice d;
+  d.need[0] = {{16, 1}, {48, 1}};
+  d.failing_runs = {{0, 16}};
+  d.need[1] = {{48, 1}};              // no answer at 16 rows
+  d.need[2] = {{16, 2000}, {48, 1}};  // above the cap at 16 rows
+  EXPECT_EQ(choose_conv_algo({0, 1, 2}, {16, 48}, 1000, d.trials()).passed_over,
+            "0: trial run at 16 rows: CUDNN_STATUS_EXECUTION_FAILED; "
+            "1: workspace query at 16 rows: CUDNN_STATUS_NOT_SUPPORTED; "
+            "2: workspace of 2000 bytes at 16 rows");
+}
+
 TEST(ConvAlgoChoice, NoCandidateLeftSaysWhyEachWasPassedOverOrThatNoneWasListed) {
   ScriptedDevice d;
   d.need[2] = {{8, 2000}};

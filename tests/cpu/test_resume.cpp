@@ -634,4 +634,12 @@ TEST(Diverging, StepTrackerKeepsTheFirstNonFiniteStep) {
   EXPECT_EQ(model::earlier_bad_step(2, 7), 2);  // the order replicas are folded in does not matter
 }
 
+// Step 0 is a step: a replica whose very first step diverged is not one that never did.
+TEST(Diverging, EarlierBadStepCountsStepZero) {
+  EXPECT_EQ(model::earlier_bad_step(0, -1), 0);
+  EXPECT_EQ(model::earlier_bad_step(-1, 0), 0);
+  EXPECT_EQ(model::earlier_bad_step(0, 3), 0);
+  EXPECT_EQ(model::earlier_bad_step(3, 0), 0);
+}
+
 }  // namespace

@@ -45,6 +45,12 @@ TEST(SplitRows, LikeTorchChunk) {
   EXPECT_EQ(split_rows(7, 8)[7].rows, 0);
 }
 
+// A minibatch of no rows is no error (a negative count is): every replica gets none.
+TEST(SplitRows, NoRowsGiveEveryReplicaNone) {
+  for (int r = 1; r <= 4; ++r)
+    for (const RowRange& p : split_rows(0, r)) EXPECT_EQ(p.rows, 0) << "R=" << r;
+}
+
 TEST(Batches, CoverTheRowsInOrderOnlyTheLastPartial) {
   for (size_t width = 1; width <= 12; ++width) {
     for (size_t rows = 0; rows <= 50; ++rows) {

@@ -54,6 +54,18 @@ TEST(StagingSlots, CapacityCoversEveryMinibatchShare) {
         }
 }
 
+// Exactly the most, not just enough: a replica past the end of every minibatch (B = 5, R = 4: 2, 2, 1, 0)
+// gets none; the GPU modes size its buffers for one row themselves.
+TEST(StagingSlots, LargestShareIsTheMostRowsAndNoneForAReplicaThatGetsNone) {
+  EXPECT_EQ(engine::largest_share({5}, 4, 3), 0);
+  EXPECT_EQ(engine::largest_share({5, 3}, 4, 3), 0);
+  for (int b = 1; b <= 20; ++b)
+    for (int last = 1; last <= b; ++last)
+      for (int i = 0; i < 6; ++i)
+        ASSERT_EQ(engine::largest_share({b, last}, 6, i),
+                  std::max(engine::split_rows(b, 6)[size_t(i)].rows, engine::split_rows(last, 6)[size_t(i)].rows));
+}
+
 TEST(StagingSlots, MinibatchSizesOfAnEpoch) {
   EXPECT_EQ(engine::minibatch_sizes(60000, 256), (std::vector<int>{256, 96}));
   EXPECT_EQ(engine::minibatch_sizes(512, 256), (std::vector<int>{256}));
@@ -116,11 +128,29 @@ TEST(LentBlock, LendsItsMemoryToOneRequestAtATimeAndNeverMoreThanItHas) {
   EXPECT_FALSE(block.lent()) << "a refused request leaves the block free";
 }
 
+// An empty request is a request too: granted while the block is out, its give_back would free the block
+// under the first request.
+TEST(LentBlock, EvenAnEmptyRequestWaitsForTheBlockToComeBack) {
+  char memory[8];
+  engine::LentBlock block("the block", memory, sizeof memory);
+  block.lend(8);
+  EXPECT_THROW(block.lend(0), std::logic_error);
+  EXPECT_TRUE(block.lent());
+}
+
 TEST(StagingSlots, StepParametersCarryRowsAndTheSgdScale) {
   const engine::StepParams p = engine::step_params(32, 96, 0.2f);
   EXPECT_EQ(p.rows, 32);
   EXPECT_EQ(p.scale, model::sgd_scale(0.2f, 96));  // the CPU backend's scale, to the bit
   EXPECT_THROW(engine::step_params(0, 0, 0.2f), std::invalid_argument);
+}
+
+// A replica past the end of a minibatch (B = 5 over 4 replicas: 2, 2, 1, 0) still replays its captured
+// step with every row masked: zero rows and the minibatch's scale, not an error.
+TEST(StagingSlots, StepParametersOfAReplicaWithNoRowsAreValid) {
+  const engine::StepParams p = engine::step_params(0, 5, 0.1f);
+  EXPECT_EQ(p.rows, 0);
+  EXPECT_EQ(p.scale, model::sgd_scale(0.1f, 5));
 }
 
 // One float division, lr / rows: lr * (1 / rows) differs in the last bit for about a quarter of the
