@@ -25,10 +25,10 @@ class TemporaryFile {
       g_in_progress.store(true);
     }
   }
-  ~TemporaryFile() {
-    g_in_progress.store(false);
+  ~TemporaryFile() {  // the flag cleared last: a second signal before the unlink still removes the file
     if (fd_ >= 0) ::close(fd_);
     if (!committed_) ::unlink(path_.c_str());
+    g_in_progress.store(false);
   }
   TemporaryFile(const TemporaryFile&) = delete;
   TemporaryFile& operator=(const TemporaryFile&) = delete;

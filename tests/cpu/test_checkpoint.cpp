@@ -705,7 +705,7 @@ TEST_F(CheckpointFiles, FailedWriteLeavesPreviousCheckpointIntactAndNoTemporaryF
     const TrainingState other = sample_state_after_epoch(9);
     const std::string error = save_error(path_, lenet::model::init_parameters<float>(99), other, full_disk);
     EXPECT_CONTAINS(error, path_);
-    EXPECT_CONTAINS(error, std::strerror(ENOSPC));
+    EXPECT_CONTAINS(error, " failed after " + std::to_string(room) + " bytes (" + std::strerror(ENOSPC) + ")");
     EXPECT_EQ(lenet::testing::read_bytes(path_), before) << "the previous checkpoint must be unchanged, byte for byte";
     EXPECT_EQ(folder_entries(), std::vector<std::string>{"model.safetensors"}) << "temporary file left behind";
   }
@@ -757,8 +757,26 @@ TEST_F(CheckpointFiles, ShortWritesAndInterruptionsAreRetried) {
 TEST_F(CheckpointFiles, WriteThatMakesNoProgressFailsInsteadOfLooping) {
   lenet::engine::FileIo stuck;
   stuck.write = [](int, const void*, size_t) -> ssize_t { return 0; };
-  EXPECT_THROW(lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state(), stuck), CheckpointError);
+  const std::string error = save_error(path_, sample_parameters(), sample_state(), stuck);
+  EXPECT_CONTAINS(error, " failed after 0 bytes (" + std::string(std::strerror(ENOSPC)) + ")");
   EXPECT_TRUE(folder_entries().empty());
+}
+
+// Two replacements of one file in one process use two temporary files: one begun while the other is being
+// written (here from within its first write) leaves the other's file alone, and the later rename wins.
+TEST_F(CheckpointFiles, ASaveBegunDuringAnotherOfTheSameFileUsesItsOwnTemporaryFile) {
+  bool nested = false;
+  lenet::engine::FileIo io;
+  io.write = [&](int fd, const void* data, size_t size) -> ssize_t {
+    if (!nested) {
+      nested = true;
+      lenet::engine::save_checkpoint(path_, lenet::model::init_parameters<float>(5), sample_state());
+    }
+    return ::write(fd, data, size);
+  };
+  lenet::engine::save_checkpoint(path_, sample_parameters(), sample_state(), io);
+  expect_same_bits(lenet::engine::load_checkpoint(path_).parameters, sample_parameters());
+  EXPECT_EQ(folder_entries(), std::vector<std::string>{"model.safetensors"});
 }
 
 // What each fsync of a save sees: first the temporary file, complete, while `path` still holds the

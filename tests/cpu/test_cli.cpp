@@ -381,6 +381,25 @@ TEST_F(Cli, MetricsIntoANamedPipe) {
   EXPECT_EQ(std::count(records.begin(), records.end(), '\n'), 2) << records;
 }
 
+// A resumed run appends to a named pipe as a fresh run writes to it: it reads nothing back from the pipe to
+// mend a last line (opening it to read would wait for a writer, for ever: here 60 s, then a SIGTERM that
+// is only a stop request to a run waiting there, and a SIGKILL 10 s later).
+TEST_F(Cli, ResumeIntoANamedPipeReadsNothingBackFromIt) {
+  const fs::path pipe = dir_ / "pipe";
+  ASSERT_EQ(::mkfifo(pipe.c_str(), 0600), 0);
+  const int reader = ::open(pipe.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  const std::string c = small_checkpoint(dir_ / "c.safetensors");  // one epoch of two to go
+  const Result r = run("--backend cpu --quiet --test-limit 64 --resume '" + c + "' --metrics '" + pipe.string() + "'",
+                       "timeout -k 10 60 env ");
+  std::string records;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(reader, buf, sizeof buf)) > 0;) records.append(buf, static_cast<size_t>(n));
+  ::close(reader);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(std::count(records.begin(), records.end(), '\n'), 1) << records;
+}
+
 // --metrics naming the file stdout or stderr writes (here a regular file, where a second open would
 // write over the stream's lines from offset 0): every record lands whole, in order with the other lines.
 TEST_F(Cli, MetricsIntoStdoutOrStderr) {
@@ -680,7 +699,10 @@ TEST_F(Cli, ResumeMendsARecordCutShort) {
   }
   // A last line without a newline that is not the start of a record is not ours to cut: refused, the
   // file as it was.
-  for (const std::string& last : std::vector<std::string>{"[1, 2]", "42", "  ", std::string(100000, 'x'), "{" + std::string(1 << 20, 'x')}) {
+  // The last: a line of 1 MiB and a byte, whose last MiB alone would look like a record cut short.
+  const std::vector<std::string> lasts = {"[1, 2]", "42", "  ", std::string(100000, 'x'),
+                                          "{" + std::string(1 << 20, 'x'), "x{" + std::string((1 << 20) - 1, 'x')};
+  for (const std::string& last : lasts) {
     std::ofstream(metrics, std::ios::trunc) << first << last;
     const Result r = run(common + "--epochs 3 --resume '" + ckpt + "' --save '" + (dir_ / "later.safetensors").string() + "'");
     EXPECT_EQ(r.status, 1) << last.substr(0, 20);
@@ -1264,6 +1286,47 @@ TEST_F(Cli, LiveLineKeepsWithinTheTerminalWidth) {
   EXPECT_GE(live, 2) << said;  // an epoch's last step is always drawn
 }
 
+// On a terminal the second signal's line first clears the live line there ("\r\x1b[2K"): here the run's
+// stderr is a pseudo-terminal and its stdout is not. The signals come as in SecondSignalExitsAtOnceWithItsLine.
+TEST_F(Cli, SecondSignalsLineClearsTheLineOfAStderrThatIsATerminal) {
+  int master = -1, slave = -1;
+  ASSERT_EQ(::openpty(&master, &slave, nullptr, nullptr, nullptr), 0) << std::strerror(errno);
+  ::fcntl(master, F_SETFD, FD_CLOEXEC);
+  const std::string metrics = (dir_ / "m.jsonl").string();
+  posix_spawn_file_actions_t actions;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  ::posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  ::posix_spawn_file_actions_adddup2(&actions, slave, STDERR_FILENO);
+  pid_t pid = 0;
+  const int spawned = spawn_train({"--backend", "cpu", "--quiet", "--train-limit", "3000", "--test-limit", "100",
+                                   "--epochs", "100", "--metrics", metrics},
+                                  actions, pid);
+  ::close(slave);
+  ASSERT_EQ(spawned, 0) << std::strerror(spawned);
+  int status = 0;
+  bool exited = false;
+  std::error_code ec;
+  for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+       !(exited = ::waitpid(pid, &status, WNOHANG) == pid) && std::chrono::steady_clock::now() < deadline &&
+       !(fs::file_size(metrics, ec) > 0 && !ec);)
+    ::usleep(20000);
+  for (const int signal : {SIGSTOP, SIGINT, SIGTERM, SIGCONT})
+    if (!exited) ::kill(pid, signal);
+  std::string said;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(master, buffer, sizeof buffer)) > 0 || (n < 0 && errno == EINTR);)  // EIO: gone
+    if (n > 0) said.append(buffer, static_cast<size_t>(n));
+  ::close(master);
+  if (!exited) {
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  }
+  const int second = WIFEXITED(status) ? WEXITSTATUS(status) - 128 : -1;
+  EXPECT_TRUE(second == SIGINT || second == SIGTERM) << status << ": " << said;
+  const std::string line = "\r\x1b[2Klenet-train: stopped at once by a second signal " + std::to_string(second);
+  EXPECT_EQ(said.rfind(line, 0), 0u) << said;
+}
+
 // Whether the main thread of `pid` is inside write(2) on its file descriptor `fd` (/proc/PID/syscall: the
 // call's number and first argument, or "running"), or nullopt where that file cannot be read.
 std::optional<bool> writing_to(pid_t pid, int fd) {
@@ -1334,6 +1397,67 @@ TEST_F(Cli, SignalWhileAWriteWaitsOnAFullPipeIsAStop) {
   const std::string said = lenet::testing::slurp(err);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 143) << status << ": " << said;
   EXPECT_NE(said.find("stopped by signal 15"), std::string::npos) << said;
+  EXPECT_NE(said.find("; no --save given, nothing written\n"), std::string::npos) << said;
+}
+
+// A signal while --help waits to write on a full stdout (a reader that does not read yet) is a stop too:
+// the help is written once the reader reads, and the status and a line say the signal came.
+TEST_F(Cli, SignalWhileTheHelpWaitsOnAFullPipeIsAStop) {
+  if (!fs::exists("/proc/self/syscall"))
+    GTEST_SKIP() << "no /proc/PID/syscall: no way to know the help is being written";
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  ASSERT_EQ(::fcntl(fds[1], F_SETFL, O_NONBLOCK), 0);
+  const std::string filler(4096, 'x');
+  size_t filled = 0;
+  for (ssize_t n; (n = ::write(fds[1], filler.data(), filler.size())) > 0;) filled += static_cast<size_t>(n);
+  ASSERT_EQ(errno, EAGAIN) << std::strerror(errno);
+  ASSERT_EQ(::fcntl(fds[1], F_SETFL, 0), 0);
+  const std::string err = (dir_ / "err").string();
+  posix_spawn_file_actions_t actions;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  ::posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  ::posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid = 0;
+  const int spawned = spawn_train({"--help"}, actions, pid);
+  ::close(fds[1]);
+  if (spawned != 0) ::close(fds[0]);
+  ASSERT_EQ(spawned, 0) << std::strerror(spawned);
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::minutes(2);
+  int status = 0;
+  bool exited = false, waits = false, unreadable = false;
+  const auto going = [&] {  // the run has not ended, and the wait has not
+    return !(exited = exited || ::waitpid(pid, &status, WNOHANG) == pid) && Clock::now() < deadline;
+  };
+  while (!waits && !unreadable && going()) {
+    const std::optional<bool> in_write = writing_to(pid, STDOUT_FILENO);
+    waits = in_write.value_or(false);
+    unreadable = !in_write.has_value() && going();
+    if (!waits) ::usleep(10000);
+  }
+  if (waits) {
+    ::kill(pid, SIGTERM);
+    while (going() && signal_pending(pid, 0)) ::usleep(1000);
+  }
+  std::string help;
+  char buffer[1 << 16];
+  pollfd reader = {fds[0], POLLIN, 0};
+  for (ssize_t n = 1; n > 0 && ::poll(&reader, 1, ms_left(deadline)) == 1;) {
+    n = ::read(fds[0], buffer, sizeof buffer);
+    if (n > 0) help.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  if (!exited) {
+    if (Clock::now() >= deadline) ::kill(pid, SIGKILL);  // a failure, not a hung test
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  }
+  if (unreadable) GTEST_SKIP() << "the run's /proc/PID/syscall cannot be read (a ptrace scope?)";
+  ASSERT_TRUE(waits) << "--help never waited in write(2) on its stdout";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 143) << status;
+  EXPECT_EQ(lenet::testing::slurp(err), "lenet-train: stopped by signal 15 while reading the command line\n");
+  EXPECT_NE(help.find("--batch-size", filled), std::string::npos) << "the help was not written whole";
 }
 
 // Once the stop's line is being written, another signal does nothing: the run ends as the first signal
@@ -1655,6 +1779,13 @@ TEST_F(Cli, MoreReplicasThanRowsIsRefusedNamingBothValues) {
 TEST_F(Cli, LimitOfZeroIsOutOfRange) {
   for (const std::string flag : {"--train-limit", "--test-limit"})
     expect_usage_error("--backend cpu --epochs 0 " + flag + " 0", flag + ": 0 is out of range (1 to ");
+}
+
+// Every value --help lists for --backend and --mode is taken when given, the defaults too: the refusal is then
+// --epochs 0's without --load, which comes before any data is read or any device asked.
+TEST_F(Cli, EveryBackendAndModeListedIsAccepted) {
+  for (const std::string flag : {"--backend auto", "--backend cuda", "--backend cpu", "--mode naive", "--mode graph"})
+    expect_usage_error(flag + " --epochs 0", "--epochs 0: must be at least 1 (0 only with --load, to evaluate)");
 }
 
 // On the CPU --replicas, where given, is the replica count (not --num-gpus); without it --num-gpus is. The

@@ -145,11 +145,14 @@ TEST_F(IdxFiles, WrongMagicIsRejected) {
   const std::string img = write_raw("img", idx_images(1, 28, 28, 0x801));
   std::string msg = data_error_of([&] { lenet::io::read_idx_images(img); });
   EXPECT_CONTAINS(msg, img);
-  EXPECT_CONTAINS(msg, "magic");
+  EXPECT_CONTAINS(msg, "bad magic number 0x00000801, expected 0x00000803 (IDX images)");
   const std::string lab = write_raw("lab", idx_labels({1}, 0x803));
   msg = data_error_of([&] { lenet::io::read_idx_labels(lab); });
   EXPECT_CONTAINS(msg, lab);
-  EXPECT_CONTAINS(msg, "magic");
+  EXPECT_CONTAINS(msg, "bad magic number 0x00000803, expected 0x00000801 (IDX labels)");
+  // A first byte of 0x1f without gzip's second (0x8b) is no gzip file: its magic number is what is wrong.
+  const std::string odd = write_raw("img-1f", idx_images(1, 28, 28, 0x1f000803));
+  EXPECT_CONTAINS(data_error_of([&] { lenet::io::read_idx_images(odd); }), "bad magic number 0x1f000803");
 }
 
 TEST_F(IdxFiles, TruncatedHeaderIsRejected) {
@@ -178,7 +181,8 @@ TEST_F(IdxFiles, TruncatedDataIsRejected) {
   const std::string path = write_raw("img", b);
   const std::string msg = data_error_of([&] { lenet::io::read_idx_images(path); });
   EXPECT_CONTAINS(msg, path);
-  EXPECT_CONTAINS(msg, "truncated data");
+  // 16 header bytes and 2 images of 784 pixels, less the byte cut.
+  EXPECT_CONTAINS(msg, "truncated data: header promises 2 items (1584 bytes) but the file has 1583 bytes");
 }
 
 TEST_F(IdxFiles, TrailingBytesAreRejected) {
@@ -187,7 +191,7 @@ TEST_F(IdxFiles, TrailingBytesAreRejected) {
   const std::string path = write_raw("lab", b);
   const std::string msg = data_error_of([&] { lenet::io::read_idx_labels(path); });
   EXPECT_CONTAINS(msg, path);
-  EXPECT_CONTAINS(msg, "unexpected bytes");
+  EXPECT_CONTAINS(msg, ": 1 unexpected bytes after 2 items");
 }
 
 TEST_F(IdxFiles, WrongDimensionsAreRejected) {
@@ -293,6 +297,12 @@ TEST_F(IdxFiles, GzipMembersAreReadOneAfterAnother) {
   const Bytes second = lenet::testing::read_bytes(write_gz("b.gz", Bytes(whole.begin() + cut, whole.end())));
   gz.insert(gz.end(), second.begin(), second.end());
   EXPECT_EQ(lenet::io::read_idx_labels(write_raw("lab.gz", gz)), labels);
+  // A second member of its magic number alone is a member cut short, not junk after the first.
+  const Bytes first = lenet::testing::read_bytes(write_gz("c.gz", whole));
+  Bytes magic_only = first;
+  magic_only.insert(magic_only.end(), {0x1f, 0x8b});
+  const std::string magic_path = write_raw("magic.gz", magic_only);
+  EXPECT_CONTAINS(data_error_of([&] { lenet::io::read_idx_labels(magic_path); }), "truncated gzip");
   // A member cut short is still a truncated file.
   gz.resize(gz.size() - 4);
   EXPECT_CONTAINS(data_error_of([&] { lenet::io::read_idx_labels(write_raw("cut.gz", gz)); }), "truncated gzip");
@@ -316,7 +326,7 @@ TEST_F(IdxFiles, GzipTrailerSizesTheBufferButNeverTheData) {
     const std::string path = write_raw("lying.gz", lying);
     const std::string msg = data_error_of([&] { lenet::io::read_idx_images(path); });
     EXPECT_CONTAINS(msg, path);
-    EXPECT_CONTAINS(msg, "corrupt gzip data");
+    EXPECT_CONTAINS(msg, "corrupt gzip data (incorrect length check)");  // zlib's reason
   }
 }
 
@@ -359,7 +369,7 @@ TEST_F(IdxFiles, JunkAfterGzipStreamIsRejected) {
   const std::string path = write_raw("lab.gz", gz);
   const std::string msg = data_error_of([&] { lenet::io::read_idx_labels(path); });
   EXPECT_CONTAINS(msg, path);
-  EXPECT_CONTAINS(msg, "after the gzip stream");
+  EXPECT_CONTAINS(msg, ": 1 unexpected bytes after the gzip stream");
 }
 
 // A file larger than any IDX file of the data set is refused before it is read into memory.
@@ -369,7 +379,7 @@ TEST_F(IdxFiles, FileLargerThanAnyIdxFileIsRejectedBeforeReading) {
   fs::resize_file(path, lenet::io::kMaxDecompressedBytes + 1);  // sparse: no disk space taken
   const std::string msg = data_error_of([&] { lenet::io::read_file_bytes(path.string()); });
   EXPECT_CONTAINS(msg, path.string());
-  EXPECT_CONTAINS(msg, "larger than any IDX file");
+  EXPECT_CONTAINS(msg, ": 256 MiB, larger than any IDX file");
   fs::resize_file(path, lenet::io::kMaxDecompressedBytes);  // the bound itself is read
   EXPECT_EQ(lenet::io::read_file_bytes(path.string()).size(), lenet::io::kMaxDecompressedBytes);
 }

@@ -144,6 +144,14 @@ TEST(EpochSampler, BatchPastTheLastIsRefusedNamingIt) {
   }
 }
 
+// ceil(n / b), to the top of the range: a checkpoint's train_examples may be any 64-bit count.
+TEST(EpochSampler, NumBatchesIsTheCeilingWithoutOverflow) {
+  EXPECT_EQ(lenet::io::num_batches(0, 4), 0u);
+  EXPECT_EQ(lenet::io::num_batches(9, 4), 3u);
+  EXPECT_EQ(lenet::io::num_batches(UINT64_MAX, 2), uint64_t{1} << 63);
+  EXPECT_EQ(lenet::io::num_batches(UINT64_MAX, UINT64_MAX), 1u);
+}
+
 TEST(EpochSampler, RejectsZeroBatchSize) { EXPECT_THROW(EpochSampler(10, 0, 1, true), std::invalid_argument); }
 
 TEST(EpochSampler, AllPermutationsOfThreeAreEquallyLikely) {
