@@ -1336,6 +1336,42 @@ std::optional<bool> writing_to(pid_t pid, int fd) {
   return number == std::to_string(SYS_write) && in >> first && first == "0x" + std::to_string(fd);
 }
 
+// Fills the pipe `fds` makes until a write to fds[1] would wait for a reader; the bytes it took.
+size_t fill_pipe(const int fds[2]) {
+  EXPECT_EQ(::fcntl(fds[1], F_SETFL, O_NONBLOCK), 0);
+  const std::string filler(4096, 'x');
+  size_t filled = 0;
+  for (ssize_t n; (n = ::write(fds[1], filler.data(), filler.size())) > 0;) filled += static_cast<size_t>(n);
+  EXPECT_EQ(errno, EAGAIN) << std::strerror(errno);
+  EXPECT_EQ(::fcntl(fds[1], F_SETFL, 0), 0);
+  return filled;
+}
+
+// Until `pid`'s main thread waits in write(2) on `fd`: true then, false where `going()` said stop first,
+// nullopt where /proc/PID/syscall cannot be read while the run goes on.
+std::optional<bool> wait_until_writing(pid_t pid, int fd, const std::function<bool()>& going) {
+  while (going()) {
+    const std::optional<bool> in_write = writing_to(pid, fd);
+    if (in_write.value_or(false)) return true;
+    if (!in_write.has_value() && going()) return std::nullopt;  // not because the run has ended
+    ::usleep(10000);
+  }
+  return false;
+}
+
+// What fd gives until its writers close it or `deadline` passes; fd is closed.
+std::string read_until_closed(int fd, std::chrono::steady_clock::time_point deadline) {
+  std::string said;
+  char buffer[1 << 16];
+  pollfd reader = {fd, POLLIN, 0};
+  for (ssize_t n = 1; n > 0 && ::poll(&reader, 1, ms_left(deadline)) == 1;) {
+    n = ::read(fd, buffer, sizeof buffer);
+    if (n > 0) said.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return said;
+}
+
 // A signal while a write waits on a full pipe (a reader that does not read yet) is a stop, not a failed
 // write: the write goes on once the reader reads. The metrics go to stdout, a pipe, through stdio, which
 // does not retry a write that a signal interrupted. Epochs of one one-example step fill the pipe; the
@@ -1407,12 +1443,7 @@ TEST_F(Cli, SignalWhileTheHelpWaitsOnAFullPipeIsAStop) {
     GTEST_SKIP() << "no /proc/PID/syscall: no way to know the help is being written";
   int fds[2];
   ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
-  ASSERT_EQ(::fcntl(fds[1], F_SETFL, O_NONBLOCK), 0);
-  const std::string filler(4096, 'x');
-  size_t filled = 0;
-  for (ssize_t n; (n = ::write(fds[1], filler.data(), filler.size())) > 0;) filled += static_cast<size_t>(n);
-  ASSERT_EQ(errno, EAGAIN) << std::strerror(errno);
-  ASSERT_EQ(::fcntl(fds[1], F_SETFL, 0), 0);
+  const size_t filled = fill_pipe(fds);
   const std::string err = (dir_ / "err").string();
   posix_spawn_file_actions_t actions;
   ::posix_spawn_file_actions_init(&actions);
@@ -1427,34 +1458,22 @@ TEST_F(Cli, SignalWhileTheHelpWaitsOnAFullPipeIsAStop) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::minutes(2);
   int status = 0;
-  bool exited = false, waits = false, unreadable = false;
+  bool exited = false;
   const auto going = [&] {  // the run has not ended, and the wait has not
     return !(exited = exited || ::waitpid(pid, &status, WNOHANG) == pid) && Clock::now() < deadline;
   };
-  while (!waits && !unreadable && going()) {
-    const std::optional<bool> in_write = writing_to(pid, STDOUT_FILENO);
-    waits = in_write.value_or(false);
-    unreadable = !in_write.has_value() && going();
-    if (!waits) ::usleep(10000);
-  }
-  if (waits) {
+  const std::optional<bool> waits = wait_until_writing(pid, STDOUT_FILENO, going);
+  if (waits.value_or(false)) {
     ::kill(pid, SIGTERM);
     while (going() && signal_pending(pid, 0)) ::usleep(1000);
   }
-  std::string help;
-  char buffer[1 << 16];
-  pollfd reader = {fds[0], POLLIN, 0};
-  for (ssize_t n = 1; n > 0 && ::poll(&reader, 1, ms_left(deadline)) == 1;) {
-    n = ::read(fds[0], buffer, sizeof buffer);
-    if (n > 0) help.append(buffer, static_cast<size_t>(n));
-  }
-  ::close(fds[0]);
+  const std::string help = read_until_closed(fds[0], deadline);
   if (!exited) {
     if (Clock::now() >= deadline) ::kill(pid, SIGKILL);  // a failure, not a hung test
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   }
-  if (unreadable) GTEST_SKIP() << "the run's /proc/PID/syscall cannot be read (a ptrace scope?)";
-  ASSERT_TRUE(waits) << "--help never waited in write(2) on its stdout";
+  if (!waits) GTEST_SKIP() << "the run's /proc/PID/syscall cannot be read (a ptrace scope?)";
+  ASSERT_TRUE(*waits) << "--help never waited in write(2) on its stdout";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 143) << status;
   EXPECT_EQ(lenet::testing::slurp(err), "lenet-train: stopped by signal 15 while reading the command line\n");
   EXPECT_NE(help.find("--batch-size", filled), std::string::npos) << "the help was not written whole";
@@ -1468,12 +1487,7 @@ TEST_F(Cli, SignalWhileTheStopsLineIsWrittenChangesNothing) {
     GTEST_SKIP() << "no /proc/PID/syscall: no way to know the line is being written";
   int fds[2];
   ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
-  ASSERT_EQ(::fcntl(fds[1], F_SETFL, O_NONBLOCK), 0);
-  const std::string filler(4096, 'x');
-  size_t filled = 0;
-  for (ssize_t n; (n = ::write(fds[1], filler.data(), filler.size())) > 0;) filled += static_cast<size_t>(n);
-  ASSERT_EQ(errno, EAGAIN) << std::strerror(errno);
-  ASSERT_EQ(::fcntl(fds[1], F_SETFL, 0), 0);
+  const size_t filled = fill_pipe(fds);
   const std::string metrics = (dir_ / "m.jsonl").string();
   posix_spawn_file_actions_t actions;
   ::posix_spawn_file_actions_init(&actions);
@@ -1501,31 +1515,18 @@ TEST_F(Cli, SignalWhileTheStopsLineIsWrittenChangesNothing) {
   };
   while (going() && !recorded()) ::usleep(20000);
   if (going()) ::kill(pid, SIGTERM);
-  bool waits = false, unreadable = false;  // "running" is neither a call nor a wait
-  while (!waits && !unreadable && going()) {
-    const std::optional<bool> in_write = writing_to(pid, STDERR_FILENO);
-    waits = in_write.value_or(false);
-    unreadable = !in_write.has_value() && going();  // not because the run has ended
-    if (!waits) ::usleep(10000);
-  }
-  if (going() && waits) {
+  const std::optional<bool> waits = wait_until_writing(pid, STDERR_FILENO, going);
+  if (going() && waits.value_or(false)) {
     ::kill(pid, SIGINT);
     while (going() && signal_pending(pid, 0)) ::usleep(1000);
   }
-  std::string said;
-  char buffer[1 << 16];
-  pollfd reader = {fds[0], POLLIN, 0};
-  for (ssize_t n = 1; n > 0 && ::poll(&reader, 1, ms_left(deadline)) == 1;) {
-    n = ::read(fds[0], buffer, sizeof buffer);
-    if (n > 0) said.append(buffer, static_cast<size_t>(n));
-  }
-  ::close(fds[0]);
+  std::string said = read_until_closed(fds[0], deadline);
   if (!exited) {
     if (Clock::now() >= deadline) ::kill(pid, SIGKILL);  // a failure, not a hung test
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   }
-  if (unreadable) GTEST_SKIP() << "the run's /proc/PID/syscall cannot be read (a ptrace scope?)";
-  ASSERT_TRUE(waits) << "the run never waited in write(2) on its stderr: "
+  if (!waits) GTEST_SKIP() << "the run's /proc/PID/syscall cannot be read (a ptrace scope?)";
+  ASSERT_TRUE(*waits) << "the run never waited in write(2) on its stderr: "
                      << said.substr(std::min(filled, said.size()));
   ASSERT_GE(said.size(), filled);
   said.erase(0, filled);
