@@ -679,6 +679,12 @@ TEST_F(BenchTool, BadOutputsAndPeersFailBeforeBenchmarkingAndOtherDataIsFlagged)
   EXPECT_EQ(lenet::testing::slurp(dir_ / "err"), "lenet-bench: --json and --markdown name the same file /dev/stdout\n");
   const std::string null_twice = without_markdown + "--json /dev/null --markdown /dev/null 2>'" + err + "'";
   EXPECT_EQ(WEXITSTATUS(std::system(null_twice.c_str())), 0) << lenet::testing::slurp(dir_ / "err");
+  // One to stdout and one to stderr, two other files: not the same (a later usage error ends the run).
+  const std::string split = without_markdown + "--json - --markdown /dev/stderr --no-allreduce --allreduce-replicas 4 "
+                                               ">/dev/null 2>'" + err + "'";
+  EXPECT_EQ(WEXITSTATUS(std::system(split.c_str())), 2);
+  EXPECT_EQ(lenet::testing::slurp(dir_ / "err"),
+            "lenet-bench: --allreduce-replicas: the allreduce sweep is skipped by --no-allreduce\n");
   // A diverged run is an error, not a row of meaningless times (one step per epoch: overflow in the second).
   // With no row measured, the error alone: the files are not written over with empty tables.
   std::ofstream(dir_ / "b.md") << "old result\n";

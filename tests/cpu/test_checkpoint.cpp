@@ -31,6 +31,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "byte_files.hpp"
@@ -155,6 +156,28 @@ void expect_same_state(const std::optional<TrainingState>& loaded, const Trainin
   EXPECT_EQ(bits(a.epoch_so_far.loss_sum), bits(b.epoch_so_far.loss_sum));
   EXPECT_EQ(a.epoch_so_far.correct, b.epoch_so_far.correct);
   EXPECT_EQ(bits(a.epoch_so_far.seconds), bits(b.epoch_so_far.seconds));
+}
+
+// What `check` returns in a child process that runs as user and group 65534 (root may write any file, so a
+// check of permissions runs there as another user); nothing where this process cannot become that user.
+std::optional<std::string> checked_as_another_user(const std::function<std::string()>& check) {
+  int ends[2];
+  if (::pipe(ends) != 0) return std::nullopt;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(ends[0]);
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(100);
+    const std::string said = check();
+    ::_exit(::write(ends[1], said.data(), said.size()) == static_cast<ssize_t>(said.size()) ? 0 : 1);
+  }
+  ::close(ends[1]);
+  std::string said;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(ends[0], buf, sizeof buf)) > 0;) said.append(buf, static_cast<size_t>(n));
+  ::close(ends[0]);
+  int status = 0;
+  const bool done = child > 0 && ::waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  return done ? std::optional<std::string>(said) : std::nullopt;
 }
 
 class CheckpointFiles : public ::testing::Test {
@@ -456,22 +479,27 @@ TEST_F(CheckpointFiles, OutputChecksTakeTheLongestNameAndFollowEveryLink) {
   EXPECT_EQ(lenet::engine::new_file_problem((dir_ / "plain" / "c").string()),
             (dir_ / "plain" / "c").string() + ": cannot write into the folder " + (dir_ / "plain").string() +
                 " (Not a directory)");
-  if (::geteuid() != 0) {
-    fs::create_directory(dir_ / "locked");
-    fs::permissions(dir_ / "locked", fs::perms::owner_read | fs::perms::owner_exec);
-    EXPECT_CONTAINS(lenet::engine::new_file_problem((dir_ / "locked" / "c").string()),
-                    "cannot write into the folder " + (dir_ / "locked").string() + " (Permission denied)");
-    fs::permissions(dir_ / "locked", fs::perms::owner_all);
-  }
+  fs::create_directory(dir_ / "locked");
+  fs::permissions(dir_ / "locked", fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
+                  fs::perm_options::remove);
+  const auto locked = [&] { return lenet::engine::new_file_problem((dir_ / "locked" / "c").string()); };
+  const std::optional<std::string> said = ::geteuid() == 0 ? checked_as_another_user(locked) : locked();
+  if (!said) GTEST_SKIP() << "root may write any folder, and this process cannot become another user";
+  EXPECT_CONTAINS(*said, "cannot write into the folder " + (dir_ / "locked").string() + " (Permission denied)");
+  fs::permissions(dir_ / "locked", fs::perms::owner_all);
 }
 
 // A file that may not be written is refused before the run, not replaced by the checkpoint's rename.
 TEST_F(CheckpointFiles, ReadOnlyFileIsRefusedBeforeTheRun) {
-  if (::geteuid() == 0) GTEST_SKIP() << "root may write any file";
   const std::string path = write_raw("read-only.safetensors", {1, 2, 3});
   ASSERT_EQ(::chmod(path.c_str(), 0444), 0) << std::strerror(errno);
-  EXPECT_EQ(lenet::engine::replaced_file_problem(path), path + ": is read-only");
-  EXPECT_EQ(lenet::engine::output_file_problem(path), path + ": is read-only");
+  ASSERT_EQ(::chmod(dir_.c_str(), 0777), 0) << std::strerror(errno);  // a folder that takes new files
+  const auto checks = [&] {
+    return lenet::engine::replaced_file_problem(path) + "; " + lenet::engine::output_file_problem(path);
+  };
+  const std::optional<std::string> said = ::geteuid() == 0 ? checked_as_another_user(checks) : checks();
+  if (!said) GTEST_SKIP() << "root may write any file, and this process cannot become another user";
+  EXPECT_EQ(*said, path + ": is read-only; " + path + ": is read-only");
 }
 
 // The sticky bit of a folder (as /tmp's) lets only the file's owner, the folder's owner or root rename
@@ -496,8 +524,12 @@ TEST_F(CheckpointFiles, AnotherUsersFileInAStickyFolderIsRefusedBeforeTheRun) {
   const std::string path = write_raw("sticky/model.safetensors", {1, 2, 3});
   ASSERT_EQ(::chmod(path.c_str(), 0666), 0) << std::strerror(errno);  // anyone may write it
   const std::string refusal = path + ": another user's file in a folder with the sticky bit (as /tmp): no rename may replace it";
+  // A link to it from a folder without the sticky bit: the folder of the file it names decides.
+  const std::string link = (dir_ / "link.safetensors").string();
+  fs::create_symlink(path, link);
   // As user 65534, the file owned by `owner`: the child's exit status has bit 0 set when the check refuses
-  // the file, bit 1 when the kernel refuses a rename over it; 100 when it cannot become that user.
+  // the file, bit 1 when the kernel refuses a rename over it, bit 3 when the link's check differs from the
+  // file's; 100 when it cannot become that user.
   auto as_another_user = [&](uid_t owner) {
     EXPECT_EQ(::chown(path.c_str(), owner, owner), 0) << std::strerror(errno);
     const pid_t child = ::fork();
@@ -508,7 +540,9 @@ TEST_F(CheckpointFiles, AnotherUsersFileInAStickyFolderIsRefusedBeforeTheRun) {
       const int fd = ::open(other.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
       const bool kernel_refuses = fd >= 0 && ::rename(other.c_str(), path.c_str()) != 0 && errno == EPERM;
       ::unlink(other.c_str());
-      ::_exit((problem == refusal ? 1 : problem.empty() ? 0 : 4) | (kernel_refuses ? 2 : 0));
+      const std::string via_link = problem.empty() ? "" : link + problem.substr(path.size());
+      const bool link_differs = lenet::engine::replaced_file_problem(link) != via_link;
+      ::_exit((problem == refusal ? 1 : problem.empty() ? 0 : 4) | (kernel_refuses ? 2 : 0) | (link_differs ? 8 : 0));
     }
     int status = 0;
     EXPECT_EQ(::waitpid(child, &status, 0), child);
@@ -516,7 +550,7 @@ TEST_F(CheckpointFiles, AnotherUsersFileInAStickyFolderIsRefusedBeforeTheRun) {
   };
   const int other_owner = as_another_user(65533);
   if (other_owner == 100) GTEST_SKIP() << "this process cannot take another user's identity";
-  EXPECT_EQ(other_owner, 3) << "bit 0: the check refuses the file, bit 1: the kernel refuses the rename";
+  EXPECT_EQ(other_owner, 3) << "bits 0: the check refuses the file, 1: the kernel refuses the rename, 3: the link";
   EXPECT_EQ(as_another_user(65534), 0) << "the file's owner: neither refuses";
 }
 
@@ -535,32 +569,46 @@ TEST_F(CheckpointFiles, WritableFileInAFolderWhereNoFileCanBeMadeIsRefusedBefore
 }
 
 // Where the file system makes no unnamed file (O_TMPFILE fails with EOPNOTSUPP, as on some network file
-// systems; here a seccomp filter in a child process says so), the check makes a named one and removes it.
+// systems, or EISDIR, as on kernels older than O_TMPFILE; here a seccomp filter in a child process says
+// so), the check makes a named one and removes it. A file already at that name shows that a file can be
+// made there, and is left alone.
 TEST_F(CheckpointFiles, CheckWithoutUnnamedFilesLeavesNothingBehind) {
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    const unsigned tmpfile = O_TMPFILE & ~O_DIRECTORY;  // openat's flags, args[2]: their low 32 bits come first
-    sock_filter filter[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_openat, 0, 3),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[2])),
-        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, tmpfile, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EOPNOTSUPP),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    const sock_fprog program{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
-    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0)
-      ::_exit(3);
-    if (::open(dir_.c_str(), O_TMPFILE | O_WRONLY, 0600) >= 0 || errno != EOPNOTSUPP) ::_exit(4);
-    ::_exit(lenet::engine::new_file_problem((dir_ / "c.safetensors").string()).empty() ? 0 : 5);
+  const std::string path = (dir_ / "c.safetensors").string();
+  // The child's exit status: 0 when the check finds no problem, 3 when no filter can be installed.
+  const auto check_where_o_tmpfile_fails = [&](unsigned err, bool probe_name_taken) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      const unsigned tmpfile = O_TMPFILE & ~O_DIRECTORY;  // openat's flags, args[2]: their low 32 bits come first
+      sock_filter filter[] = {
+          BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+          BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_openat, 0, 3),
+          BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[2])),
+          BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, tmpfile, 0, 1),
+          BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | err),
+          BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      };
+      const sock_fprog program{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+      if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0)
+        ::_exit(3);
+      if (::open(dir_.c_str(), O_TMPFILE | O_WRONLY, 0600) >= 0 || errno != static_cast<int>(err)) ::_exit(4);
+      const std::string probe = lenet::engine::temporary_name(path, ".tmp." + std::to_string(::getpid()) + ".probe");
+      if (probe_name_taken && ::close(::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600)) != 0) ::_exit(6);
+      ::_exit(lenet::engine::new_file_problem(path).empty() ? 0 : 5);
+    }
+    int status = 0;
+    EXPECT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status)) << status;
+    return std::pair(WEXITSTATUS(status), "c.safetensors.tmp." + std::to_string(child) + ".probe");
+  };
+  for (const unsigned err : {EOPNOTSUPP, EISDIR}) {
+    const int status = check_where_o_tmpfile_fails(err, false).first;
+    if (status == 3) GTEST_SKIP() << "no seccomp filter can be installed here";
+    EXPECT_EQ(status, 0) << std::strerror(err) << ": 4: O_TMPFILE not refused, 5: a problem found";
+    EXPECT_EQ(folder_entries(), std::vector<std::string>{});
   }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status)) << status;
-  if (WEXITSTATUS(status) == 3) GTEST_SKIP() << "no seccomp filter can be installed here";
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "4: O_TMPFILE not refused, 5: a problem found";
-  EXPECT_EQ(folder_entries(), std::vector<std::string>{});
+  const auto [status, probe] = check_where_o_tmpfile_fails(EOPNOTSUPP, true);
+  EXPECT_EQ(status, 0) << "5: a problem found, 6: the probe's name not taken";
+  EXPECT_EQ(folder_entries(), std::vector<std::string>{probe});
 }
 
 // A symbolic link stays a link: the checkpoint goes to the file it names, existing or not yet.

@@ -1629,6 +1629,21 @@ TEST_F(Cli, MetricsIntoAStdoutOpenForReadingAndWriting) {
   EXPECT_EQ(r.err.rfind("test acc: ", 0), 0u) << r.err;
 }
 
+// A stderr open for reading only (as prepare_output fills a closed one) takes no records: refused before
+// training as such a stdout is, not found when the first record cannot be written.
+TEST(OutputFile, StderrOpenForReadingOnlyIsRefused) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (::dup2(::open("/dev/null", O_RDONLY), STDERR_FILENO) != STDERR_FILENO) ::_exit(2);
+    const std::string problem = lenet::engine::output_file_problem("/dev/stderr");
+    ::_exit(problem == "/dev/stderr: closed, nothing can be written to it" ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << " (1: not refused)";
+}
+
 // --metrics naming, by its name, the regular file stderr writes: the records go through stderr, each line
 // whole and in order with the progress lines (a second open would write over them from offset 0).
 TEST_F(Cli, MetricsIntoTheFileStderrWritesByItsName) {
@@ -1704,7 +1719,7 @@ TEST_F(Cli, OutputNamingTheRawFormOfAGzippedDataFileIsRefused) {
   const std::string raw = (data / "t10k-labels-idx1-ubyte").string();
   expect_usage_error("--backend cpu --quiet --epochs 1 --train-limit 64 --test-limit 64 --data-dir '" + data.string() +
                          "' --metrics '" + raw + "'",
-                     "--metrics " + raw + " names the data file " + raw);
+                     "--metrics " + raw + " names the data file " + raw + "\n");  // not the .gz
   EXPECT_FALSE(fs::exists(raw));
 }
 
