@@ -318,7 +318,7 @@ TEST_F(Cli, HostileEnvironment) {
   // (The reader has the pipe open before the run starts, which refuses a pipe without one; a run that
   // went on would take a minute, past the timeout.)
   r = run("--backend cpu --quiet --epochs 1000 --train-limit 256 --test-limit 64 --metrics '" + pipe.string() + "'",
-          "exec 3<>'" + pipe.string() + "'; timeout 60 head -n 1 <&3 >/dev/null & exec 3<&-; timeout 60 env ");
+          "exec 3<>'" + pipe.string() + "'; timeout 60 head -n 1 <&3 >/dev/null & exec 3<&-; timeout -k 10 60 env ");
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "lenet-train: error: " + pipe.string() + ": write failed (Broken pipe) (--metrics)\n");
   // A progress reader that leaves (`2>&1 | head -n 1`) stops the run (status 1), which would go on unseen
@@ -361,9 +361,10 @@ TEST_F(Cli, MetricsIntoANamedPipe) {
   ASSERT_EQ(::mkfifo(pipe.c_str(), 0600), 0);
   const std::string args = "--backend cpu --epochs 2 --train-limit 64 --test-limit 64 --quiet --metrics '" +
                            pipe.string() + "'";
-  // No reader: opening it would wait for one, maybe for ever (here 60 s, then status 124); instead a
-  // clear error before training.
-  Result r = run(args, "timeout 60 env ");
+  // No reader: opening it would wait for one, maybe for ever (here 60 s, then a SIGTERM, which a run
+  // waiting there takes as a stop request only, and a SIGKILL 10 s later); instead a clear error before
+  // training.
+  Result r = run(args, "timeout -k 10 60 env ");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("--metrics " + pipe.string() + ": a named pipe that no process reads"), std::string::npos)
       << r.err;
@@ -372,7 +373,7 @@ TEST_F(Cli, MetricsIntoANamedPipe) {
   // gets every record, and the end of the stream only when the run is over.
   const int reader = ::open(pipe.c_str(), O_RDONLY | O_NONBLOCK);
   ASSERT_GE(reader, 0);
-  r = run(args, "timeout 60 env ");
+  r = run(args, "timeout -k 10 60 env ");
   std::string records;
   char buf[4096];
   for (ssize_t n; (n = ::read(reader, buf, sizeof buf)) > 0;) records.append(buf, static_cast<size_t>(n));
