@@ -1182,17 +1182,74 @@ int ms_left(std::chrono::steady_clock::time_point deadline) {
   return static_cast<int>(std::max<int64_t>(0, left.count()));
 }
 
-// Starts lenet-train with `args` (LENET_DATA_DIR: the test data) and the file actions given, which it
-// destroys: 0 with `pid` set, or posix_spawn's error.
-int spawn_train(std::vector<std::string> args, posix_spawn_file_actions_t& actions, pid_t& pid) {
-  ::setenv("LENET_DATA_DIR", LENET_TEST_DATA_DIR, 1);
-  args.insert(args.begin(), LENET_TRAIN_EXE);
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const int spawned = ::posix_spawn(&pid, LENET_TRAIN_EXE, &actions, nullptr, argv.data(), environ);
-  ::posix_spawn_file_actions_destroy(&actions);
-  return spawned;
+// Where a spawned run's stdout or stderr goes: a file by name (created or truncated), or a descriptor of
+// the test's.
+struct Sink {
+  explicit Sink(std::string file = "/dev/null") : path(std::move(file)) {}
+  explicit Sink(int descriptor) : fd(descriptor) {}
+  std::string path;
+  int fd = -1;
+};
+
+// lenet-train started with `args` by posix_spawn (stdin /dev/null, LENET_DATA_DIR the test data), watched
+// until `deadline`: two minutes from the start unless a test moves it.
+struct Spawned {
+  pid_t pid = 0;
+  int error = 0;  // posix_spawn's: the run did not start where it is not 0
+  int status = 0;
+  bool exited = false;
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+
+  Spawned(std::vector<std::string> args, const Sink& out, const Sink& err) {
+    posix_spawn_file_actions_t actions;
+    ::posix_spawn_file_actions_init(&actions);
+    ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    const auto redirect = [&actions](int fd, const Sink& sink) {
+      if (sink.fd >= 0)
+        ::posix_spawn_file_actions_adddup2(&actions, sink.fd, fd);
+      else
+        ::posix_spawn_file_actions_addopen(&actions, fd, sink.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    };
+    redirect(STDOUT_FILENO, out);
+    redirect(STDERR_FILENO, err);
+    ::setenv("LENET_DATA_DIR", LENET_TEST_DATA_DIR, 1);
+    args.insert(args.begin(), LENET_TRAIN_EXE);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    error = ::posix_spawn(&pid, LENET_TRAIN_EXE, &actions, nullptr, argv.data(), environ);
+    ::posix_spawn_file_actions_destroy(&actions);
+  }
+
+  // The run has not ended, and the wait has not.
+  bool going() {
+    return !(exited = exited || ::waitpid(pid, &status, WNOHANG) == pid) && std::chrono::steady_clock::now() < deadline;
+  }
+
+  // Waits for the run's end, killing it first where the deadline has passed (a failure, not a hung test):
+  // whether it was reaped.
+  bool reap() {
+    if (exited) return true;
+    if (std::chrono::steady_clock::now() >= deadline) ::kill(pid, SIGKILL);
+    return exited = ::waitpid(pid, &status, 0) == pid;
+  }
+};
+
+// Whether the file `path` has a byte (a run's first epoch's metrics record).
+bool has_bytes(const std::string& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  return !ec && size > 0;
+}
+
+// What fd gives until its end or EIO (a pseudo-terminal's master once the other side has gone); fd is closed.
+std::string read_to_end(int fd) {
+  std::string said;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0 || (n < 0 && errno == EINTR);)
+    if (n > 0) said.append(buffer, static_cast<size_t>(n));
+  ::close(fd);
+  return said;
 }
 
 // An interrupt that comes again within a tenth of a second of the first is the same stop (timeout -s INT
@@ -1204,39 +1261,21 @@ TEST_F(Cli, InterruptRepeatedAtOnceCountsOnceAndLaterEndsTheRun) {
   const std::string common = "--backend cpu --quiet --train-limit 20000 --batch-size 20000 --test-limit 100 --epochs 3 ";
   const std::string metrics = (dir_ / "m1.jsonl").string(), ckpt = (dir_ / "c.safetensors").string(),
                     err = (dir_ / "err1").string();
-  posix_spawn_file_actions_t actions;
-  ::posix_spawn_file_actions_init(&actions);
-  ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  ::posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  ::posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   std::vector<std::string> args;  // common's words, then the two files (whose names may hold spaces)
   std::istringstream words(common);
   for (std::string word; words >> word;) args.push_back(word);
   args.insert(args.end(), {"--metrics", metrics, "--save", ckpt});
-  pid_t pid = 0;
-  ASSERT_EQ(spawn_train(args, actions, pid), 0);
-  int status = 0;
-  bool exited = false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
-  const auto going = [&] {  // the run has not ended, and the wait has not
-    return !(exited = exited || ::waitpid(pid, &status, WNOHANG) == pid) && std::chrono::steady_clock::now() < deadline;
-  };
-  const auto recorded = [&] {  // the first epoch's record is written
-    std::error_code ec;
-    const auto size = fs::file_size(metrics, ec);
-    return !ec && size > 0;
-  };
-  while (going() && !recorded()) ::usleep(20000);
-  if (going()) {
-    ::kill(pid, SIGINT);
-    while (going() && signal_pending(pid, 0)) ::usleep(1000);
-    if (going()) ::kill(pid, SIGINT);
+  Spawned run1(args, Sink(), Sink(err));
+  ASSERT_EQ(run1.error, 0) << std::strerror(run1.error);
+  while (run1.going() && !has_bytes(metrics)) ::usleep(20000);
+  if (run1.going()) {
+    ::kill(run1.pid, SIGINT);
+    while (run1.going() && signal_pending(run1.pid, 0)) ::usleep(1000);
+    if (run1.going()) ::kill(run1.pid, SIGINT);
   }
-  if (!exited) {
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  }
+  ASSERT_TRUE(run1.reap());
   const std::string said = lenet::testing::slurp(err);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130) << status << ": " << said;
+  EXPECT_TRUE(WIFEXITED(run1.status) && WEXITSTATUS(run1.status) == 130) << run1.status << ": " << said;
   EXPECT_EQ(said.find("stopped at once"), std::string::npos) << said;
   EXPECT_NE(said.find("checkpoint written to"), std::string::npos) << said;
   // The later one comes while the process is stopped, so that its step cannot end first, whatever the
@@ -1258,24 +1297,14 @@ TEST_F(Cli, LiveLineKeepsWithinTheTerminalWidth) {
   size.ws_col = 30;
   ASSERT_EQ(::openpty(&master, &slave, nullptr, nullptr, &size), 0) << std::strerror(errno);
   ::fcntl(master, F_SETFD, FD_CLOEXEC);
-  posix_spawn_file_actions_t actions;
-  ::posix_spawn_file_actions_init(&actions);
-  ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  ::posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  ::posix_spawn_file_actions_adddup2(&actions, slave, STDERR_FILENO);
-  pid_t pid = 0;
-  const int spawned =
-      spawn_train({"--backend", "cpu", "--train-limit", "2000", "--test-limit", "100", "--epochs", "2"}, actions, pid);
+  Spawned train({"--backend", "cpu", "--train-limit", "2000", "--test-limit", "100", "--epochs", "2"}, Sink(),
+                Sink(slave));
   ::close(slave);
-  ASSERT_EQ(spawned, 0) << std::strerror(spawned);
-  std::string said;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(master, buffer, sizeof buffer)) > 0 || (n < 0 && errno == EINTR);)  // EIO once it has gone
-    if (n > 0) said.append(buffer, static_cast<size_t>(n));
-  ::close(master);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << ": " << said;
+  if (train.error != 0) ::close(master);
+  ASSERT_EQ(train.error, 0) << std::strerror(train.error);
+  const std::string said = read_to_end(master);
+  ASSERT_TRUE(train.reap());
+  EXPECT_TRUE(WIFEXITED(train.status) && WEXITSTATUS(train.status) == 0) << train.status << ": " << said;
   int live = 0;
   for (size_t at = said.find("\r\x1b[2K"); at != std::string::npos; at = said.find("\r\x1b[2K", at + 1)) {
     const size_t start = at + 5, end = said.find_first_of("\r\n", start);
@@ -1294,36 +1323,19 @@ TEST_F(Cli, SecondSignalsLineClearsTheLineOfAStderrThatIsATerminal) {
   ASSERT_EQ(::openpty(&master, &slave, nullptr, nullptr, nullptr), 0) << std::strerror(errno);
   ::fcntl(master, F_SETFD, FD_CLOEXEC);
   const std::string metrics = (dir_ / "m.jsonl").string();
-  posix_spawn_file_actions_t actions;
-  ::posix_spawn_file_actions_init(&actions);
-  ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  ::posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  ::posix_spawn_file_actions_adddup2(&actions, slave, STDERR_FILENO);
-  pid_t pid = 0;
-  const int spawned = spawn_train({"--backend", "cpu", "--quiet", "--train-limit", "3000", "--test-limit", "100",
-                                   "--epochs", "100", "--metrics", metrics},
-                                  actions, pid);
+  Spawned train({"--backend", "cpu", "--quiet", "--train-limit", "3000", "--test-limit", "100", "--epochs", "100",
+                 "--metrics", metrics},
+                Sink(), Sink(slave));
   ::close(slave);
-  ASSERT_EQ(spawned, 0) << std::strerror(spawned);
-  int status = 0;
-  bool exited = false;
-  std::error_code ec;
-  for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
-       !(exited = ::waitpid(pid, &status, WNOHANG) == pid) && std::chrono::steady_clock::now() < deadline &&
-       !(fs::file_size(metrics, ec) > 0 && !ec);)
-    ::usleep(20000);
+  if (train.error != 0) ::close(master);
+  ASSERT_EQ(train.error, 0) << std::strerror(train.error);
+  while (train.going() && !has_bytes(metrics)) ::usleep(20000);
   for (const int signal : {SIGSTOP, SIGINT, SIGTERM, SIGCONT})
-    if (!exited) ::kill(pid, signal);
-  std::string said;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(master, buffer, sizeof buffer)) > 0 || (n < 0 && errno == EINTR);)  // EIO: gone
-    if (n > 0) said.append(buffer, static_cast<size_t>(n));
-  ::close(master);
-  if (!exited) {
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  }
-  const int second = WIFEXITED(status) ? WEXITSTATUS(status) - 128 : -1;
-  EXPECT_TRUE(second == SIGINT || second == SIGTERM) << status << ": " << said;
+    if (!train.exited) ::kill(train.pid, signal);
+  const std::string said = read_to_end(master);
+  ASSERT_TRUE(train.reap());
+  const int second = WIFEXITED(train.status) ? WEXITSTATUS(train.status) - 128 : -1;
+  EXPECT_TRUE(second == SIGINT || second == SIGTERM) << train.status << ": " << said;
   const std::string line = "\r\x1b[2Klenet-train: stopped at once by a second signal " + std::to_string(second);
   EXPECT_EQ(said.rfind(line, 0), 0u) << said;
 }
@@ -1348,13 +1360,13 @@ size_t fill_pipe(const int fds[2]) {
   return filled;
 }
 
-// Until `pid`'s main thread waits in write(2) on `fd`: true then, false where `going()` said stop first,
-// nullopt where /proc/PID/syscall cannot be read while the run goes on.
-std::optional<bool> wait_until_writing(pid_t pid, int fd, const std::function<bool()>& going) {
-  while (going()) {
-    const std::optional<bool> in_write = writing_to(pid, fd);
+// Until the run's main thread waits in write(2) on `fd`: true then, false where it ended or its deadline
+// passed first, nullopt where /proc/PID/syscall cannot be read while the run goes on.
+std::optional<bool> wait_until_writing(Spawned& run, int fd) {
+  while (run.going()) {
+    const std::optional<bool> in_write = writing_to(run.pid, fd);
     if (in_write.value_or(false)) return true;
-    if (!in_write.has_value() && going()) return std::nullopt;  // not because the run has ended
+    if (!in_write.has_value() && run.going()) return std::nullopt;  // not because the run has ended
     ::usleep(10000);
   }
   return false;
@@ -1386,25 +1398,18 @@ TEST_F(Cli, SignalWhileAWriteWaitsOnAFullPipeIsAStop) {
   ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
   const int capacity = ::fcntl(fds[0], F_GETPIPE_SZ);
   const std::string err = (dir_ / "err").string();
-  posix_spawn_file_actions_t actions;
-  ::posix_spawn_file_actions_init(&actions);
-  ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  ::posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  ::posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  pid_t pid = 0;
-  const int spawned = spawn_train({"--backend", "cpu", "--quiet", "--train-limit", "1", "--batch-size", "1", "--test-limit",
-                                   "1", "--epochs", "1000000", "--metrics", "/dev/stdout"},
-                                  actions, pid);
+  Spawned train({"--backend", "cpu", "--quiet", "--train-limit", "1", "--batch-size", "1", "--test-limit", "1",
+                 "--epochs", "1000000", "--metrics", "/dev/stdout"},
+                Sink(fds[1]), Sink(err));
   ::close(fds[1]);
-  if (spawned != 0) ::close(fds[0]);
-  ASSERT_EQ(spawned, 0) << std::strerror(spawned);
+  if (train.error != 0) ::close(fds[0]);
+  ASSERT_EQ(train.error, 0) << std::strerror(train.error);
+  const pid_t pid = train.pid;
   using Clock = std::chrono::steady_clock;
   // Two minutes for each wait: the pipe to fill, the signal to be taken, the run to end.
   const int full = capacity - static_cast<int>(::sysconf(_SC_PAGESIZE));
-  int queued = 0, unchanged = 0, status = 0;
-  bool exited = false;
-  for (const auto deadline = Clock::now() + std::chrono::minutes(2);
-       unchanged < 10 && ms_left(deadline) > 0 && !(exited = ::waitpid(pid, &status, WNOHANG) == pid);) {
+  int queued = 0, unchanged = 0;
+  while (unchanged < 10 && train.going()) {
     int now = 0;
     if (::ioctl(fds[0], FIONREAD, &now) != 0) break;
     unchanged = now > full && now == queued ? unchanged + 1 : 0;
@@ -1412,10 +1417,10 @@ TEST_F(Cli, SignalWhileAWriteWaitsOnAFullPipeIsAStop) {
     ::usleep(20000);
   }
   EXPECT_EQ(unchanged, 10) << queued << " of " << capacity << " bytes in the pipe: " << lenet::testing::slurp(err);
-  if (const std::optional<bool> waits = writing_to(pid, STDOUT_FILENO); waits.has_value() && !exited) {
+  if (const std::optional<bool> waits = writing_to(pid, STDOUT_FILENO); waits.has_value() && !train.exited) {
     EXPECT_TRUE(*waits) << "the run is not waiting in write(2) on its stdout, so the signal would not test that";
   }
-  if (!exited) {
+  if (!train.exited) {
     ::syscall(SYS_tgkill, pid, pid, SIGTERM);
     for (const auto deadline = Clock::now() + std::chrono::minutes(2); signal_pending(pid, pid) && ms_left(deadline) > 0;)
       ::usleep(10000);
@@ -1427,12 +1432,10 @@ TEST_F(Cli, SignalWhileAWriteWaitsOnAFullPipeIsAStop) {
     ended = ::read(fds[0], buffer, sizeof buffer) <= 0;
   ::close(fds[0]);
   EXPECT_TRUE(ended) << "the run went on for two minutes after the signal";
-  if (!exited) {
-    if (!ended) ::kill(pid, SIGKILL);  // a failure, not a hung test
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  }
+  train.deadline = ended ? Clock::time_point::max() : Clock::now();  // reap kills it: a failure, not a hung test
+  ASSERT_TRUE(train.reap());
   const std::string said = lenet::testing::slurp(err);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 143) << status << ": " << said;
+  EXPECT_TRUE(WIFEXITED(train.status) && WEXITSTATUS(train.status) == 143) << train.status << ": " << said;
   EXPECT_NE(said.find("stopped by signal 15"), std::string::npos) << said;
   EXPECT_NE(said.find("; no --save given, nothing written\n"), std::string::npos) << said;
 }
@@ -1446,36 +1449,20 @@ TEST_F(Cli, SignalWhileTheHelpWaitsOnAFullPipeIsAStop) {
   ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
   const size_t filled = fill_pipe(fds);
   const std::string err = (dir_ / "err").string();
-  posix_spawn_file_actions_t actions;
-  ::posix_spawn_file_actions_init(&actions);
-  ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  ::posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  ::posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  pid_t pid = 0;
-  const int spawned = spawn_train({"--help"}, actions, pid);
+  Spawned help_run({"--help"}, Sink(fds[1]), Sink(err));
   ::close(fds[1]);
-  if (spawned != 0) ::close(fds[0]);
-  ASSERT_EQ(spawned, 0) << std::strerror(spawned);
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::minutes(2);
-  int status = 0;
-  bool exited = false;
-  const auto going = [&] {  // the run has not ended, and the wait has not
-    return !(exited = exited || ::waitpid(pid, &status, WNOHANG) == pid) && Clock::now() < deadline;
-  };
-  const std::optional<bool> waits = wait_until_writing(pid, STDOUT_FILENO, going);
+  if (help_run.error != 0) ::close(fds[0]);
+  ASSERT_EQ(help_run.error, 0) << std::strerror(help_run.error);
+  const std::optional<bool> waits = wait_until_writing(help_run, STDOUT_FILENO);
   if (waits.value_or(false)) {
-    ::kill(pid, SIGTERM);
-    while (going() && signal_pending(pid, 0)) ::usleep(1000);
+    ::kill(help_run.pid, SIGTERM);
+    while (help_run.going() && signal_pending(help_run.pid, 0)) ::usleep(1000);
   }
-  const std::string help = read_until_closed(fds[0], deadline);
-  if (!exited) {
-    if (Clock::now() >= deadline) ::kill(pid, SIGKILL);  // a failure, not a hung test
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  }
+  const std::string help = read_until_closed(fds[0], help_run.deadline);
+  ASSERT_TRUE(help_run.reap());
   if (!waits) GTEST_SKIP() << "the run's /proc/PID/syscall cannot be read (a ptrace scope?)";
   ASSERT_TRUE(*waits) << "--help never waited in write(2) on its stdout";
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 143) << status;
+  EXPECT_TRUE(WIFEXITED(help_run.status) && WEXITSTATUS(help_run.status) == 143) << help_run.status;
   EXPECT_EQ(lenet::testing::slurp(err), "lenet-train: stopped by signal 15 while reading the command line\n");
   EXPECT_NE(help.find("--batch-size", filled), std::string::npos) << "the help was not written whole";
 }
@@ -1490,48 +1477,27 @@ TEST_F(Cli, SignalWhileTheStopsLineIsWrittenChangesNothing) {
   ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
   const size_t filled = fill_pipe(fds);
   const std::string metrics = (dir_ / "m.jsonl").string();
-  posix_spawn_file_actions_t actions;
-  ::posix_spawn_file_actions_init(&actions);
-  ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  ::posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  ::posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
-  pid_t pid = 0;
-  const int spawned = spawn_train({"--backend", "cpu", "--quiet", "--train-limit", "3000", "--test-limit", "100",
-                                   "--epochs", "100", "--metrics", metrics},
-                                  actions, pid);
+  Spawned train({"--backend", "cpu", "--quiet", "--train-limit", "3000", "--test-limit", "100", "--epochs", "100",
+                 "--metrics", metrics},
+                Sink(), Sink(fds[1]));
   ::close(fds[1]);
-  if (spawned != 0) ::close(fds[0]);
-  ASSERT_EQ(spawned, 0) << std::strerror(spawned);
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::minutes(2);
-  int status = 0;
-  bool exited = false;
-  const auto going = [&] {  // the run has not ended, and the wait has not
-    return !(exited = exited || ::waitpid(pid, &status, WNOHANG) == pid) && Clock::now() < deadline;
-  };
-  const auto recorded = [&] {  // the first epoch's record is written
-    std::error_code ec;
-    const auto size = fs::file_size(metrics, ec);
-    return !ec && size > 0;
-  };
-  while (going() && !recorded()) ::usleep(20000);
-  if (going()) ::kill(pid, SIGTERM);
-  const std::optional<bool> waits = wait_until_writing(pid, STDERR_FILENO, going);
-  if (going() && waits.value_or(false)) {
-    ::kill(pid, SIGINT);
-    while (going() && signal_pending(pid, 0)) ::usleep(1000);
+  if (train.error != 0) ::close(fds[0]);
+  ASSERT_EQ(train.error, 0) << std::strerror(train.error);
+  while (train.going() && !has_bytes(metrics)) ::usleep(20000);
+  if (train.going()) ::kill(train.pid, SIGTERM);
+  const std::optional<bool> waits = wait_until_writing(train, STDERR_FILENO);
+  if (train.going() && waits.value_or(false)) {
+    ::kill(train.pid, SIGINT);
+    while (train.going() && signal_pending(train.pid, 0)) ::usleep(1000);
   }
-  std::string said = read_until_closed(fds[0], deadline);
-  if (!exited) {
-    if (Clock::now() >= deadline) ::kill(pid, SIGKILL);  // a failure, not a hung test
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  }
+  std::string said = read_until_closed(fds[0], train.deadline);
+  ASSERT_TRUE(train.reap());
   if (!waits) GTEST_SKIP() << "the run's /proc/PID/syscall cannot be read (a ptrace scope?)";
   ASSERT_TRUE(*waits) << "the run never waited in write(2) on its stderr: "
                      << said.substr(std::min(filled, said.size()));
   ASSERT_GE(said.size(), filled);
   said.erase(0, filled);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 143) << status << ": " << said;
+  EXPECT_TRUE(WIFEXITED(train.status) && WEXITSTATUS(train.status) == 143) << train.status << ": " << said;
   EXPECT_EQ(said.rfind("lenet-train: stopped by signal 15 ", 0), 0u) << said;
   EXPECT_EQ(std::count(said.begin(), said.end(), '\n'), 1) << said;
 }
