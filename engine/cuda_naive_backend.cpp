@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 #include "engine/cuda_ring.hpp"
 #include "engine/ring.hpp"
@@ -62,6 +64,9 @@ std::vector<std::string> CudaNaiveBackend::algorithm_report() const {
 void CudaNaiveBackend::copy_rows_to(int replica, const io::Split& data, const uint32_t* idx, int rows) {
   if (rows == 0) return;
   cuda::CudaLenet& rep = *replicas_[static_cast<size_t>(replica)];
+  if (rows > rep.max_rows())  // the copy would write past the input buffers, before forward's own check
+    throw std::invalid_argument("CudaNaiveBackend: replica " + std::to_string(replica) + " takes at most " +
+                                std::to_string(rep.max_rows()) + " rows, not " + std::to_string(rows));
   host_x_.resize(static_cast<size_t>(rows) * model::kInPixels);
   host_labels_.resize(static_cast<size_t>(rows));
   data.gather(idx, static_cast<size_t>(rows), host_x_.data(), host_labels_.data());

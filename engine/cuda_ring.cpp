@@ -11,10 +11,10 @@ namespace lenet::engine {
 
 bool enable_peer_access(int from, int to) {
   if (from == to) return true;
+  cuda::DeviceGuard guard(from);  // a failure's message names the current device
   int can = 0;
   LENET_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, from, to));
   if (!can) return false;
-  cuda::DeviceGuard guard(from);
   const cudaError_t rc = cudaDeviceEnablePeerAccess(to, 0);
   if (rc == cudaErrorPeerAccessAlreadyEnabled || rc == cudaErrorTooManyPeers) {
     cudaGetLastError();  // neither error is sticky; clear it so the next check does not report it
@@ -37,8 +37,8 @@ namespace {
 // is not documented, so members sharing a GPU use a device-to-device copy on that device's stream.
 void copy_between(float* dst, int dst_device, const float* src, int src_device, size_t count) {
   const size_t bytes = count * sizeof(float);
+  cuda::DeviceGuard guard(dst_device);  // a failure's message names the current device: the destination
   if (dst_device == src_device) {
-    cuda::DeviceGuard guard(dst_device);
     LENET_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
   } else {
     LENET_CUDA_CHECK(cudaMemcpyPeer(dst, dst_device, src, src_device, bytes));
