@@ -262,13 +262,18 @@ void CudaGraphBackend::train_step(const io::Split& data, const uint32_t* idx, in
     }
     void record_replayed(size_t s) const { b.step_done_[s].record(rep(0).compute.get()); }
   } ops{*this, data, idx, split, rows, lr};
-  {
-    profiling::Range range("h2d");
-    enqueue_staging(staging_, step_, replicas_.size(), ops);
-  }
-  {
+  try {
+    {
+      profiling::Range range("h2d");
+      enqueue_staging(staging_, step_, replicas_.size(), ops);
+    }
     profiling::Range range("replay");
     enqueue_replay(staging_, step_, replicas_.size(), ops);
+  } catch (...) {
+    // A step that throws part-way may have queued a copy whose event was not recorded: a call after this
+    // one fills the same pinned slot again and, in the first two steps, waits for nothing.
+    drain();
+    throw;
   }
   ++step_;
 }

@@ -131,7 +131,9 @@ class Capture {
     DeviceGuard guard(origin_.device());
     cudaGraph_t graph = nullptr;
     active_ = false;
-    LENET_CUDA_CHECK(cudaStreamEndCapture(origin_.get(), &graph));
+    const cudaError_t ended = cudaStreamEndCapture(origin_.get(), &graph);
+    if (ended != cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);  // an earlier launch's error, say
+    check_cuda(ended, "cudaStreamEndCapture", __FILE__, __LINE__);
     GraphExec exec;
     try {
       exec = GraphExec(graph, origin_.device());
