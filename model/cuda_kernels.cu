@@ -71,16 +71,20 @@ __global__ void accumulate_stats_kernel(const float* row_loss, const int32_t* ro
   }
 }
 
+// w - scale * g rounded twice (product, then difference), as model::sgd_update computes it: nvcc would
+// otherwise fuse the two into one FMA, and the same gradients would give other bits than the CPU's.
+__device__ __forceinline__ float sgd_step(float w, float scale, float g) { return __fsub_rn(w, __fmul_rn(scale, g)); }
+
 __global__ void sgd_update_kernel(float* w, const float* g, size_t n, float scale) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    w[i] -= scale * g[i];
+    w[i] = sgd_step(w[i], scale, g[i]);
 }
 
 __global__ void sgd_update_device_scale_kernel(float* w, const float* g, size_t n, const float* scale) {
   const float sc = *scale;
   if (sc == 0.0f) return;  // w - 0 * g is w, even where g is not finite (the graph mode's warm-up step)
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    w[i] -= sc * g[i];
+    w[i] = sgd_step(w[i], sc, g[i]);
 }
 
 __global__ void add_into_kernel(float* dst, const float* src, size_t n) {

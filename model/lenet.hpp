@@ -54,7 +54,8 @@ LenetView<T> view(T* flat) {
 template <typename T>
 std::vector<T> init_parameters(uint64_t seed);
 
-// w -= lr_over_batch * g, elementwise over the whole flat buffer.
+// w -= lr_over_batch * g, elementwise over the whole flat buffer, the product and the difference each
+// rounded (no FMA), as the GPU's kernels do: the same gradients give the same bits on both.
 template <typename T>
 void sgd_update(T* w, const T* g, size_t n, T lr_over_batch);
 

@@ -13,13 +13,17 @@
 // cases here have none against float64; should the GPU produce one, every flipped output must be tiny
 // and the gradient bound becomes 1e-3, still far below what a real error gives.
 #include <algorithm>
+#include <cstring>
 #include <random>
 #include <tuple>
 
 #include "gpu_test.hpp"
 #include "train_steps.hpp"
 #include "model/cpu_lenet.hpp"
+#include "model/cuda_kernels.hpp"
 #include "model/cuda_lenet.hpp"
+#include "model/cuda_memory.hpp"
+#include "model/lenet.hpp"
 
 namespace {
 
@@ -155,6 +159,42 @@ TEST(CudaLayers, RowsBeyondCapacityAreRejected) {
   cuda::DeviceContext ctx(0);
   cuda::CudaLenet gpu(ctx, 8, {8});
   EXPECT_THROW(gpu.forward(9), std::invalid_argument);
+}
+
+// Both SGD kernels (the scale from the host, the graph mode's from device memory) give the CPU reference's
+// bits, model::sgd_update's: the product and the difference rounded apart. Fused into one FMA, they differ
+// in the last bit wherever the product's rounding decides the difference's: here 538 of the 262144 elements
+// at the source text's scale and 58417 at 0.75 (counted on the CPU with std::fma).
+TEST(CudaLayers, SgdUpdateGivesTheCpuReferencesBits) {
+  LENET_REQUIRE_GPU();
+  const size_t n = size_t{1} << 18;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> w(n), g(n);
+  for (size_t i = 0; i < n; ++i) {
+    w[i] = normal(rng);
+    g[i] = normal(rng);
+  }
+  cuda::DeviceBuffer<float> dw(0, n), dg(0, n), dscale(0, 1);
+  dg.upload(g.data(), n);
+  for (const float scale : {model::sgd_scale(0.2f, 256), 0.75f}) {
+    std::vector<float> want = w;
+    model::sgd_update(want.data(), g.data(), n, scale);
+    dscale.upload(&scale, 1);
+    for (const bool device_scale : {false, true}) {
+      dw.upload(w.data(), n);
+      if (device_scale)
+        cuda::launch_sgd_update(dw.get(), dg.get(), n, static_cast<const float*>(dscale.get()), nullptr);
+      else
+        cuda::launch_sgd_update(dw.get(), dg.get(), n, scale, nullptr);
+      const std::vector<float> got = dw.download();
+      size_t differ = 0, first = n;
+      for (size_t i = 0; i < n; ++i)
+        if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+      EXPECT_EQ(differ, 0u) << "scale " << scale << (device_scale ? " (on the device)" : "") << ": first at " << first
+                            << ", " << got[std::min(first, n - 1)] << " against " << want[std::min(first, n - 1)];
+    }
+  }
 }
 
 TEST(CudaLayers, EveryConvolutionHasAnAlgorithm) {
