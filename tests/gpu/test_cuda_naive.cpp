@@ -81,17 +81,20 @@ TEST(CudaNaive, DevicesNameEveryReplica) {
 }
 
 // Rows above a replica's capacity are refused before they are copied into its input buffers (the copy
-// would write past them), not only by the layers' check after it.
+// would write past them), not only by the layers' check after it. The evaluation's batches, 256 rows and
+// the test set's last 16, are announced as the command line announces them.
 TEST(CudaNaive, RowsAboveTheCapacityAreRefusedBeforeTheCopy) {
   LENET_REQUIRE_GPU();
-  engine::CudaNaiveBackend b(one_gpu(1, 256), model::init_parameters<float>(1));
+  engine::CudaPlacement placement = one_gpu(1, 256);
+  placement.eval_batch_rows = {256, static_cast<int>(data().test.size() % 256)};
+  engine::CudaNaiveBackend b(placement, model::init_parameters<float>(1));
   try {
     b.count_correct(data().test, 257);
     ADD_FAILURE() << "an evaluation batch of 257 rows was taken";
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "CudaNaiveBackend: replica 0 takes at most 256 rows, not 257");
   }
-  engine::CudaNaiveBackend fresh(one_gpu(1, 256), model::init_parameters<float>(1));
+  engine::CudaNaiveBackend fresh(placement, model::init_parameters<float>(1));
   EXPECT_EQ(b.count_correct(data().test, 256), fresh.count_correct(data().test, 256)) << "a count after the refusal";
 }
 
