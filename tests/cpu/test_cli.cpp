@@ -1182,13 +1182,14 @@ int ms_left(std::chrono::steady_clock::time_point deadline) {
   return static_cast<int>(std::max<int64_t>(0, left.count()));
 }
 
-// Where a spawned run's stdout or stderr goes: a file by name (created or truncated), or a descriptor of
-// the test's.
+// Where a spawned run's stdout or stderr goes: a file by name (created or truncated), or one end of a pipe
+// or pseudo-terminal (`theirs`) whose other end (`ours`) the test reads. Spawned closes the test's copy of
+// `theirs` once the run has its own, and `ours` too where the run did not start.
 struct Sink {
   explicit Sink(std::string file = "/dev/null") : path(std::move(file)) {}
-  explicit Sink(int descriptor) : fd(descriptor) {}
+  Sink(int theirs, int our_end) : fd(theirs), ours(our_end) {}
   std::string path;
-  int fd = -1;
+  int fd = -1, ours = -1;
 };
 
 // lenet-train started with `args` by posix_spawn (stdin /dev/null, LENET_DATA_DIR the test data), watched
@@ -1219,11 +1220,22 @@ struct Spawned {
     argv.push_back(nullptr);
     error = ::posix_spawn(&pid, LENET_TRAIN_EXE, &actions, nullptr, argv.data(), environ);
     ::posix_spawn_file_actions_destroy(&actions);
+    for (const Sink* sink : {&out, &err}) {
+      if (sink->fd < 0) continue;
+      ::close(sink->fd);
+      if (error != 0) ::close(sink->ours);
+    }
   }
 
   // The run has not ended, and the wait has not.
   bool going() {
     return !(exited = exited || ::waitpid(pid, &status, WNOHANG) == pid) && std::chrono::steady_clock::now() < deadline;
+  }
+
+  // Sends `signal` and waits until the run has taken it, has ended, or the deadline has passed.
+  void signal_taken(int signal) {
+    ::kill(pid, signal);
+    while (going() && signal_pending(pid, 0)) ::usleep(1000);
   }
 
   // Waits for the run's end, killing it first where the deadline has passed (a failure, not a hung test):
@@ -1269,8 +1281,7 @@ TEST_F(Cli, InterruptRepeatedAtOnceCountsOnceAndLaterEndsTheRun) {
   ASSERT_EQ(run1.error, 0) << std::strerror(run1.error);
   while (run1.going() && !has_bytes(metrics)) ::usleep(20000);
   if (run1.going()) {
-    ::kill(run1.pid, SIGINT);
-    while (run1.going() && signal_pending(run1.pid, 0)) ::usleep(1000);
+    run1.signal_taken(SIGINT);
     if (run1.going()) ::kill(run1.pid, SIGINT);
   }
   ASSERT_TRUE(run1.reap());
@@ -1298,9 +1309,7 @@ TEST_F(Cli, LiveLineKeepsWithinTheTerminalWidth) {
   ASSERT_EQ(::openpty(&master, &slave, nullptr, nullptr, &size), 0) << std::strerror(errno);
   ::fcntl(master, F_SETFD, FD_CLOEXEC);
   Spawned train({"--backend", "cpu", "--train-limit", "2000", "--test-limit", "100", "--epochs", "2"}, Sink(),
-                Sink(slave));
-  ::close(slave);
-  if (train.error != 0) ::close(master);
+                Sink(slave, master));
   ASSERT_EQ(train.error, 0) << std::strerror(train.error);
   const std::string said = read_to_end(master);
   ASSERT_TRUE(train.reap());
@@ -1325,9 +1334,7 @@ TEST_F(Cli, SecondSignalsLineClearsTheLineOfAStderrThatIsATerminal) {
   const std::string metrics = (dir_ / "m.jsonl").string();
   Spawned train({"--backend", "cpu", "--quiet", "--train-limit", "3000", "--test-limit", "100", "--epochs", "100",
                  "--metrics", metrics},
-                Sink(), Sink(slave));
-  ::close(slave);
-  if (train.error != 0) ::close(master);
+                Sink(), Sink(slave, master));
   ASSERT_EQ(train.error, 0) << std::strerror(train.error);
   while (train.going() && !has_bytes(metrics)) ::usleep(20000);
   for (const int signal : {SIGSTOP, SIGINT, SIGTERM, SIGCONT})
@@ -1400,9 +1407,7 @@ TEST_F(Cli, SignalWhileAWriteWaitsOnAFullPipeIsAStop) {
   const std::string err = (dir_ / "err").string();
   Spawned train({"--backend", "cpu", "--quiet", "--train-limit", "1", "--batch-size", "1", "--test-limit", "1",
                  "--epochs", "1000000", "--metrics", "/dev/stdout"},
-                Sink(fds[1]), Sink(err));
-  ::close(fds[1]);
-  if (train.error != 0) ::close(fds[0]);
+                Sink(fds[1], fds[0]), Sink(err));
   ASSERT_EQ(train.error, 0) << std::strerror(train.error);
   const pid_t pid = train.pid;
   using Clock = std::chrono::steady_clock;
@@ -1449,15 +1454,10 @@ TEST_F(Cli, SignalWhileTheHelpWaitsOnAFullPipeIsAStop) {
   ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
   const size_t filled = fill_pipe(fds);
   const std::string err = (dir_ / "err").string();
-  Spawned help_run({"--help"}, Sink(fds[1]), Sink(err));
-  ::close(fds[1]);
-  if (help_run.error != 0) ::close(fds[0]);
+  Spawned help_run({"--help"}, Sink(fds[1], fds[0]), Sink(err));
   ASSERT_EQ(help_run.error, 0) << std::strerror(help_run.error);
   const std::optional<bool> waits = wait_until_writing(help_run, STDOUT_FILENO);
-  if (waits.value_or(false)) {
-    ::kill(help_run.pid, SIGTERM);
-    while (help_run.going() && signal_pending(help_run.pid, 0)) ::usleep(1000);
-  }
+  if (waits.value_or(false)) help_run.signal_taken(SIGTERM);
   const std::string help = read_until_closed(fds[0], help_run.deadline);
   ASSERT_TRUE(help_run.reap());
   if (!waits) GTEST_SKIP() << "the run's /proc/PID/syscall cannot be read (a ptrace scope?)";
@@ -1479,17 +1479,12 @@ TEST_F(Cli, SignalWhileTheStopsLineIsWrittenChangesNothing) {
   const std::string metrics = (dir_ / "m.jsonl").string();
   Spawned train({"--backend", "cpu", "--quiet", "--train-limit", "3000", "--test-limit", "100", "--epochs", "100",
                  "--metrics", metrics},
-                Sink(), Sink(fds[1]));
-  ::close(fds[1]);
-  if (train.error != 0) ::close(fds[0]);
+                Sink(), Sink(fds[1], fds[0]));
   ASSERT_EQ(train.error, 0) << std::strerror(train.error);
   while (train.going() && !has_bytes(metrics)) ::usleep(20000);
   if (train.going()) ::kill(train.pid, SIGTERM);
   const std::optional<bool> waits = wait_until_writing(train, STDERR_FILENO);
-  if (train.going() && waits.value_or(false)) {
-    ::kill(train.pid, SIGINT);
-    while (train.going() && signal_pending(train.pid, 0)) ::usleep(1000);
-  }
+  if (train.going() && waits.value_or(false)) train.signal_taken(SIGINT);
   std::string said = read_until_closed(fds[0], train.deadline);
   ASSERT_TRUE(train.reap());
   if (!waits) GTEST_SKIP() << "the run's /proc/PID/syscall cannot be read (a ptrace scope?)";
