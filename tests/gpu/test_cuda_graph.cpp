@@ -14,6 +14,7 @@
 #include "engine/cuda_graph_backend.hpp"
 #include "engine/cuda_probe.hpp"
 #include "engine/cuda_naive_backend.hpp"
+#include "engine/ring.hpp"
 #include "engine/trainer.hpp"
 #include "gpu_test.hpp"
 #include "train_steps.hpp"
@@ -38,8 +39,8 @@ engine::CudaPlacement one_gpu(int replicas) {
   engine::CudaPlacement p;
   p.num_gpus = 1;
   p.replicas = replicas;
-  p.train_batch_rows = {256, 96};
-  p.eval_batch_rows = {256, int(data().test.size() % 256)};
+  p.train_batch_rows = engine::minibatch_sizes(kExamples, 256);
+  p.eval_batch_rows = engine::minibatch_sizes(data().test.size(), 256);
   return p;
 }
 

@@ -4,6 +4,7 @@
 
 #include "engine/cpu_backend.hpp"
 #include "engine/cuda_naive_backend.hpp"
+#include "engine/ring.hpp"
 #include "gpu_test.hpp"
 #include "train_steps.hpp"
 #include "io/dataset.hpp"
@@ -86,7 +87,7 @@ TEST(CudaNaive, DevicesNameEveryReplica) {
 TEST(CudaNaive, RowsAboveTheCapacityAreRefusedBeforeTheCopy) {
   LENET_REQUIRE_GPU();
   engine::CudaPlacement placement = one_gpu(1, 256);
-  placement.eval_batch_rows = {256, static_cast<int>(data().test.size() % 256)};
+  placement.eval_batch_rows = engine::minibatch_sizes(data().test.size(), 256);
   engine::CudaNaiveBackend b(placement, model::init_parameters<float>(1));
   try {
     b.count_correct(data().test, 257);
