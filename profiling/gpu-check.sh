@@ -106,6 +106,13 @@ nvidia-smi || echo "nvidia-smi: not available"
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+# Tests run four at a time only where every GPU takes several processes at once: in Exclusive_Process mode
+# a second test's context fails (cudaErrorDevicesUnavailable), which the GPU tests count as a failure.
+compute_modes=$(nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2>/dev/null)
+compute_shown=$(paste -sd , <<<"${compute_modes:-unknown}")
+echo "compute mode: $compute_shown"
+test_jobs=4
+[[ -n $compute_modes ]] && grep -qvx 'Default' <<<"$compute_modes" && test_jobs=1
 # The toolkit: CUDA_HOME, else /usr/local/cuda, else the folder above the nvcc on PATH.
 cuda_dir=${CUDA_HOME:-/usr/local/cuda}
 [[ -z ${CUDA_HOME:-} && ! -d $cuda_dir ]] && command -v nvcc >/dev/null &&
@@ -210,8 +217,9 @@ echo "data: $data (from $data_src)"
 train=$build/engine/lenet-train
 if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build" 300 cmake --build "$build" -j "$(nproc)"; then
   step "version" 20 "$train" --version
-  # Four at a time: the CPU references (portable GEMM, no BLAS on GPU hosts) dominate and use the cores.
-  phase tests && ctest_step "tests" 420 -j 4 --output-junit "$out/ctest.xml"
+  # Four at a time (where the compute mode allows): the CPU references (portable GEMM, no BLAS on GPU
+  # hosts) dominate and use the cores.
+  phase tests && ctest_step "tests" 420 -j "$test_jobs" --output-junit "$out/ctest.xml"
   # Only the GPU tests (the CPU suite is what CI runs on every change): the shortest check of the CUDA
   # paths. The accuracy test (ten epochs on the CPU as its reference) is a phase of its own.
   # With the sanitizers to follow, they keep 180 s of what is left (a short probe, then four runs of
@@ -222,7 +230,7 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
     ((gpu_limit > 240)) && gpu_limit=240
     ((gpu_limit < 120)) && gpu_limit=120
   fi
-  phase gputests && ! phase tests && ctest_step "gpu tests" "$gpu_limit" -j 4 -L gpu -E '^test_cuda_accuracy$' \
+  phase gputests && ! phase tests && ctest_step "gpu tests" "$gpu_limit" -j "$test_jobs" -L gpu -E '^test_cuda_accuracy$' \
     --output-junit "$out/ctest-gpu.xml"
   phase accuracy && ! phase tests && ctest_step "accuracy test" 400 -R '^test_cuda_accuracy$' \
     --output-junit "$out/ctest-accuracy.xml"
@@ -340,7 +348,8 @@ echo "=== summary"
   echo "# GPU check"
   echo
   echo "- commit: $commit"
-  echo "- GPU: ${gpu_name:-none} x ${gpus}, driver ${driver:-none}"
+  echo "- GPU: ${gpu_name:-none} x ${gpus}, driver ${driver:-none}," \
+    "compute mode $compute_shown (tests $test_jobs at a time)"
   echo "- date: $(date -u +%Y-%m-%d)"
   echo "- wall time: $(($(date +%s) - start_time)) s of a ${budget} s budget"
   echo "- exit status: $status ($( ((status == 0)) && echo "every step passed" || echo "see the table"))"

@@ -66,6 +66,7 @@ STANDINS = {
   *--query-gpu=name*) echo "NVIDIA H200" ;;
   *driver_version*) echo 580.0 ;;
   *compute_cap*) echo 9.0 ;;
+  *compute_mode*) echo "${COMPUTE_MODE:-Default}" ;;
   -L) echo "GPU 0: NVIDIA H200 (UUID: GPU-0)" ;;
 esac""",
     "nvcc": 'echo "Cuda compilation tools, release 13.0, V13.0.0"; echo "Build cuda_13.0"',
@@ -213,6 +214,16 @@ class GpuCheckSteps(unittest.TestCase):
         self.assertNotIn("gpu tests", steps)
         self.assertNotIn("accuracy test", steps)
         self.assertFalse([s for s in steps if s.startswith("sweep ")], steps)
+
+    def test_tests_run_one_at_a_time_unless_the_gpu_is_shared(self):
+        # Exclusive_Process refuses a second process's context: the GPU tests run one at a time there.
+        for mode, jobs in (("Default", "4"), ("Exclusive_Process", "1"), ("Prohibited", "1")):
+            for phases in ("gputests", "tests"):
+                with self.subTest(mode=mode, phases=phases):
+                    proc, summary, calls = self.run_check(420, COMPUTE_MODE=mode, LENET_CHECK_PHASES=phases)
+                    [ctest] = [c for c in calls if c.startswith("ctest ")]
+                    self.assertIn(" -j %s " % jobs, ctest)
+                    self.assertIn("compute mode %s (tests %s at a time)" % (mode, jobs), summary)
 
     def test_tests_phase_replaces_gputests_and_accuracy(self):  # G15
         proc, summary, calls = self.run_check(420, LENET_CHECK_PHASES="tests gputests accuracy")
