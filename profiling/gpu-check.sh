@@ -206,11 +206,14 @@ data_src=${LENET_DATA_DIR:-}
 [[ -z $data_src ]] && data_src=/usr/share/datasets/fashion-mnist
 data=$build/fashion-mnist
 mkdir -p "$data"
+missing=()
 for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
-  if [[ -f $data_src/$f ]]; then cp "$data_src/$f" "$data/$f"
-  elif [[ -f $data_src/$f.gz ]]; then gzip -dc "$data_src/$f.gz" >"$data/$f"
-  else echo "missing $data_src/$f(.gz)"; fi
+  if [[ -f $data_src/$f ]]; then cp "$data_src/$f" "$data/$f" || missing+=("$f")
+  elif [[ -f $data_src/$f.gz ]]; then gzip -dc "$data_src/$f.gz" >"$data/$f" || missing+=("$f.gz")
+  else missing+=("$f"); fi
 done
+# Without the data most tests and every run fail: the summary says why, and the exit status is 1.
+((${#missing[@]} > 0)) && results+=("data|missing or unreadable in $data_src: ${missing[*]}")
 export LENET_DATA_DIR=$data
 echo "data: $data (from $data_src)"
 

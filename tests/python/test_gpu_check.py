@@ -4,6 +4,7 @@ GPU session's minutes to keep nothing. Its steps, with stand-ins for nvidia-smi,
 compute-sanitizer and the programs: the time the GPU tests leave the sanitizer, and what the summary says
 when the sanitizer refuses the device or finds errors."""
 import datetime
+import gzip
 import json
 import os
 import re
@@ -117,7 +118,14 @@ class GpuCheckSteps(unittest.TestCase):
                 f.write("#!/bin/bash\n" + body + "\n")
             os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
         self.log = os.path.join(self.tmp, "standins.log")
-        os.makedirs(os.path.join(self.tmp, "data"))
+        # The data set: three raw files and one compressed (the check takes either).
+        self.data = os.path.join(self.tmp, "data")
+        os.makedirs(self.data)
+        for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte"):
+            with open(os.path.join(self.data, name), "wb") as f:
+                f.write(b"idx")
+        with gzip.open(os.path.join(self.data, "t10k-labels-idx1-ubyte.gz"), "wb") as f:
+            f.write(b"idx")
 
     def run_check(self, budget, **env):
         out = os.path.join(self.tmp, "out")
@@ -126,7 +134,7 @@ class GpuCheckSteps(unittest.TestCase):
         proc = subprocess.run(
             ["bash", self.script, out], capture_output=True, text=True, timeout=120,
             env={**os.environ, "PATH": os.path.join(self.cuda, "bin") + ":" + os.environ["PATH"],
-                 "CUDA_HOME": self.cuda, "STANDIN_LOG": self.log, "LENET_DATA_DIR": os.path.join(self.tmp, "data"),
+                 "CUDA_HOME": self.cuda, "STANDIN_LOG": self.log, "LENET_DATA_DIR": self.data,
                  "LENET_CHECK_PHASES": "gputests sanitizers", "LENET_CHECK_BUDGET": str(budget), **env})
         with open(os.path.join(out, "summary.md")) as f:
             summary = f.read()
@@ -224,6 +232,20 @@ class GpuCheckSteps(unittest.TestCase):
                     [ctest] = [c for c in calls if c.startswith("ctest ")]
                     self.assertIn(" -j %s " % jobs, ctest)
                     self.assertIn("compute mode %s (tests %s at a time)" % (mode, jobs), summary)
+
+    def test_missing_or_broken_data_is_a_failed_step(self):
+        proc, summary, _ = self.run_check(420)
+        self.assertNotIn("data", self.results(summary))
+        with open(os.path.join(self.tmp, "tree", "build-gpu", "fashion-mnist", "t10k-labels-idx1-ubyte"), "rb") as f:
+            self.assertEqual(f.read(), b"idx")  # uncompressed into the build folder
+        os.remove(os.path.join(self.data, "train-labels-idx1-ubyte"))
+        with open(os.path.join(self.data, "t10k-labels-idx1-ubyte.gz"), "wb") as f:
+            f.write(b"not gzip")
+        proc, summary, _ = self.run_check(420)
+        self.assertEqual(proc.returncode, 1)
+        self.assertEqual(self.results(summary)["data"], "missing or unreadable in %s: train-labels-idx1-ubyte "
+                         "t10k-labels-idx1-ubyte.gz" % self.data)
+        self.assertEqual(self.results(summary)["sanitizer memcheck graph"], "ok")  # the other steps still ran
 
     def test_tests_phase_replaces_gputests_and_accuracy(self):  # G15
         proc, summary, calls = self.run_check(420, LENET_CHECK_PHASES="tests gputests accuracy")
