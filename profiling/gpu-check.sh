@@ -226,9 +226,9 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
   # Only the GPU tests (the CPU suite is what CI runs on every change): the shortest check of the CUDA
   # paths. The accuracy test (ten epochs on the CPU as its reference) is a phase of its own.
   # With the sanitizers to follow, they keep 180 s of what is left (a short probe, then four runs of
-  # about 40 s), the tests at least 120.
+  # about 40 s), the tests at least 120; without compute-sanitizer nothing is kept.
   gpu_limit=240
-  if phase sanitizers; then
+  if phase sanitizers && command -v compute-sanitizer >/dev/null; then
     gpu_limit=$(($(remaining) - 180))
     ((gpu_limit > 240)) && gpu_limit=240
     ((gpu_limit < 120)) && gpu_limit=120

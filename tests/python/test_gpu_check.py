@@ -162,6 +162,14 @@ class GpuCheckSteps(unittest.TestCase):
                 self.assertIn("-L gpu -E ^test_cuda_accuracy$", ctest[0])
                 self.assertIn("--test-output-size-passed 1000000", ctest[0])  # the JUnit file names each test
 
+    def test_no_sanitizer_keeps_no_time_from_the_gpu_tests(self):
+        os.remove(os.path.join(self.cuda, "bin", "compute-sanitizer"))
+        path = [d for d in os.environ["PATH"].split(":") if not os.path.exists(os.path.join(d, "compute-sanitizer"))]
+        proc, summary, _ = self.run_check(300, PATH=os.path.join(self.cuda, "bin") + ":" + ":".join(path))
+        self.assertEqual(proc.returncode, 1)
+        self.assertEqual(self.results(summary)["compute-sanitizer"], "not found")
+        self.assertGreater(self.limits(proc.stdout)["gpu tests"], 200)  # their 240 s, not the floor of 120
+
     def test_sanitizer_runs_with_each_tools_options(self):
         proc, summary, calls = self.run_check(420)
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
