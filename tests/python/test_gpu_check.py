@@ -2,7 +2,7 @@
 results, or with an unknown phase, must stop at once (exit 2), before building anything, and not spend a
 GPU session's minutes to keep nothing. Its steps, with stand-ins for nvidia-smi, CMake, CTest,
 compute-sanitizer and the programs: the time the GPU tests leave the sanitizer, and what the summary says
-when the sanitizer refuses the device or finds errors."""
+when the sanitizer refuses the device or finds errors, or a data file is missing."""
 import datetime
 import gzip
 import json
