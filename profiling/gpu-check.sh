@@ -120,7 +120,8 @@ cuda_dir=${CUDA_HOME:-/usr/local/cuda}
 export PATH="$cuda_dir/bin:$PATH"
 # compute-sanitizer has a link in bin in the toolkit's usual layout; its own folder comes last, for others.
 [[ -x $cuda_dir/compute-sanitizer/compute-sanitizer ]] && export PATH="$PATH:$cuda_dir/compute-sanitizer"
-command -v compute-sanitizer || true  # where it is; the sanitizer phase says when it is missing
+sanitizer=$(command -v compute-sanitizer)  # the sanitizer phase says when it is missing
+echo "compute-sanitizer: ${sanitizer:-not found}"
 nvcc --version | tail -n 2 || echo "nvcc: not found"
 cmake --version | head -n 1
 # A passing test's whole output in the JUnit files (CTest keeps 1 KiB by default), so that they show
@@ -228,7 +229,7 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
   # With the sanitizers to follow, they keep 180 s of what is left (a short probe, then four runs of
   # about 40 s), the tests at least 120; without compute-sanitizer nothing is kept.
   gpu_limit=240
-  if phase sanitizers && command -v compute-sanitizer >/dev/null; then
+  if phase sanitizers && [[ -n $sanitizer ]]; then
     gpu_limit=$(($(remaining) - 180))
     ((gpu_limit > 240)) && gpu_limit=240
     ((gpu_limit < 120)) && gpu_limit=120
@@ -246,8 +247,7 @@ if step "configure" 120 cmake -S . -B "$build" "${cmake_args[@]}" && step "build
   # and cuBLAS make and handle inside. Racecheck looks only at kernels whose names hold "lenet" (kns: a
   # substring of the name; ours, in namespace lenet): hazards inside cuDNN's and cuBLAS's kernels are not
   # ours to fix, and instrumenting them costs most of the step's time.
-  if phase sanitizers && ! command -v compute-sanitizer >/dev/null; then
-    echo "compute-sanitizer: not found"
+  if phase sanitizers && [[ -z $sanitizer ]]; then
     results+=("compute-sanitizer|not found")
   elif phase sanitizers; then
     # First whether it works here at all (on some virtual machines it refuses the device): the GPU probe
